@@ -1,0 +1,62 @@
+"""Build results/illusion.duckdb: views over the Parquet logs, metric tables from workflow/sql/.
+
+The views name their Parquet files by paths relative to the project root (where Snakemake
+runs), so the database stays valid when the whole project folder moves; open it from the
+project root, or use `python -m benchmark_illusion sql`, which does so for you. Metric
+tables are materialised and need no Parquet file at query time.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import duckdb
+
+from .io import atomic_path
+
+log = logging.getLogger("benchmark_illusion")
+
+
+def _file_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str]) -> None:
+    """`generations` and `selected_items` views over exactly the given files."""
+    if not generations:
+        raise ValueError("no evaluation logs to aggregate")
+    con.execute(f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({_file_list(generations)}, union_by_name = true)")
+    if selected:
+        con.execute(
+            "CREATE OR REPLACE VIEW selected_items AS SELECT * FROM "
+            f"read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
+        )
+
+
+def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str]) -> None:
+    """Run each metric file in name order; each defines its tables with CREATE OR REPLACE."""
+    for f in sorted(sql_files, key=lambda p: Path(p).name):
+        log.info("running %s", f)
+        con.execute(Path(f).read_text())
+
+
+def build_database(db_path: str | Path, generations: list[str], selected: list[str], sql_files: list[str]) -> None:
+    """Write the database atomically: an interrupted run leaves the previous file intact."""
+    with atomic_path(db_path, ".duckdb") as tmp:
+        con = duckdb.connect(str(tmp))
+        try:
+            create_views(con, generations, selected)
+            run_sql_files(con, sql_files)
+            for (name,) in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall():
+                n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+                log.info("%s: %d rows", name, n)
+        finally:
+            con.close()
+
+
+def connect(db_path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open the results database (read-only by default)."""
+    if not Path(db_path).is_file():
+        raise FileNotFoundError(f"no results database at {db_path}; run `make run` (or snakemake) first")
+    return duckdb.connect(str(db_path), read_only=read_only)

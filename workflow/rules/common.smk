@@ -1,0 +1,92 @@
+# Helpers for the rules: config validation, target lists, input functions.
+# No lambdas in rules; every function says what it returns.
+
+import glob
+import re
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from benchmark_illusion.config import ConfigError, check_config, schema_errors
+
+try:
+    validate(config, "../schemas/config.schema.yaml")
+except WorkflowError:
+    # Snakemake's message shows one error with the whole schema; list every one by key instead.
+    raise ConfigError(
+        "invalid config:\n  "
+        + "\n  ".join(schema_errors(config, workflow.source_path("../schemas/config.schema.yaml")))
+    )
+check_config(config)
+
+MODELS = sorted(config["models"])
+DATASETS = sorted(config["datasets"])
+
+
+wildcard_constraints:
+    model="|".join(map(re.escape, MODELS)),
+    dataset="|".join(map(re.escape, DATASETS)),
+    lang="[A-Za-z0-9-]+",
+
+
+def dataset_langs():
+    """(dataset, lang) pairs of the config."""
+    return [(d, l) for d in DATASETS for l in config["datasets"][d]["languages"]]
+
+
+def get_dataset_config(wildcards):
+    """The config of dataset {dataset}."""
+    return config["datasets"][wildcards.dataset]
+
+
+def get_raw_input(wildcards):
+    """The local file that dataset {dataset}/{lang} is read from (none for hub sources)."""
+    from benchmark_illusion.data import raw_path_for
+
+    path = raw_path_for(config["datasets"][wildcards.dataset], wildcards.lang)
+    return [path] if path else []
+
+
+def get_extractive(wildcards):
+    """Whether answers of dataset {dataset} must occur in their passage."""
+    return config["datasets"][wildcards.dataset]["extractive"]
+
+
+def get_model_config(wildcards):
+    """The config of model {model}."""
+    return config["models"][wildcards.model]
+
+
+def get_eval_config(wildcards):
+    """The config sections that decide evaluation rows (changes re-run evaluations)."""
+    return {k: config[k] for k in ("seed", "prompt", "evaluation", "judge")}
+
+
+def dense_generation_files():
+    """Dense evaluation logs on the selected items, one per model x dataset x lang."""
+    return [
+        f"results/generations/{m}/dense/none/0/{d}/{l}.parquet"
+        for m in MODELS
+        for d, l in dataset_langs()
+    ]
+
+
+def generation_files():
+    """Every evaluation log the aggregation reads."""
+    return dense_generation_files()
+
+
+def selected_files():
+    """Selected-item files, one per model x dataset x lang."""
+    return [f"results/selected/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()]
+
+
+def sql_files():
+    """The metric definitions, run in name order by the aggregation."""
+    return sorted(glob.glob(str(Path(workflow.basedir) / "workflow" / "sql" / "*.sql")))
+
+
+def get_final_output():
+    """Targets of `rule all`."""
+    return ["results/illusion.duckdb"]

@@ -1,0 +1,46 @@
+rule evaluate_pool:
+    input:
+        model="resources/models/{model}",
+        item_table="results/items/{dataset}/{lang}.parquet",
+    output:
+        "results/pool/{model}/{dataset}/{lang}.parquet",
+    log:
+        "logs/evaluate_pool/{model}/{dataset}/{lang}.log",
+    benchmark:
+        "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
+    params:
+        eval=get_eval_config,
+        pool_max=config["items"]["pool_max"],
+    threads: workflow.cores
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    script:
+        "../scripts/evaluate.py"
+
+
+rule select_items:
+    input:
+        pool="results/pool/{model}/{dataset}/{lang}.parquet",
+        item_table="results/items/{dataset}/{lang}.parquet",
+    output:
+        "results/selected/{model}/{dataset}/{lang}.parquet",
+    log:
+        "logs/select_items/{model}/{dataset}/{lang}.log",
+    params:
+        cap=config["items"]["max_per_language"],
+        seed=config["seed"],
+    script:
+        "../scripts/select_items.py"
+
+
+rule dense_generations:
+    input:
+        pool="results/pool/{model}/{dataset}/{lang}.parquet",
+        selected="results/selected/{model}/{dataset}/{lang}.parquet",
+    output:
+        "results/generations/{model}/dense/none/0/{dataset}/{lang}.parquet",
+    log:
+        "logs/dense_generations/{model}/{dataset}/{lang}.log",
+    script:
+        "../scripts/dense_generations.py"

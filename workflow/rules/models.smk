@@ -1,0 +1,14 @@
+rule import_model:
+    output:
+        directory("resources/models/{model}"),
+    log:
+        "logs/import_model/{model}.log",
+    benchmark:
+        "logs/benchmarks/import_model/{model}.tsv"
+    params:
+        model=get_model_config,
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    script:
+        "../scripts/import_model.py"

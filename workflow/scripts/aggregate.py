@@ -1,0 +1,9 @@
+from benchmark_illusion import aggregate, logs
+
+logs.to_file(snakemake.log[0])
+aggregate.build_database(
+    snakemake.output[0],
+    generations=list(snakemake.input.generations),
+    selected=list(snakemake.input.selected),
+    sql_files=list(snakemake.input.sql),
+)

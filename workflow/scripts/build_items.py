@@ -1,0 +1,11 @@
+from benchmark_illusion import logs, pipeline
+
+logs.to_file(snakemake.log[0])
+pipeline.build_items_file(
+    snakemake.input[0],
+    snakemake.output.table,
+    snakemake.output.report,
+    seed=snakemake.params.seed,
+    extractive=snakemake.params.extractive,
+    dataset=snakemake.wildcards.dataset,
+)

@@ -1,0 +1,20 @@
+import torch
+
+from benchmark_illusion import logs, pipeline
+
+logs.to_file(snakemake.log[0])
+torch.set_num_threads(max(1, snakemake.threads))
+w = snakemake.wildcards
+pipeline.evaluate_file(
+    snakemake.input.model,
+    snakemake.input.item_table,
+    snakemake.output[0],
+    {**snakemake.config, **snakemake.params.eval},
+    model=w.model,
+    method=w.get("method", "dense"),
+    structure=w.get("structure", "none"),
+    sparsity=float(w.get("sparsity", 0)),
+    dataset=w.dataset,
+    lang=w.lang,
+    limit=snakemake.params.get("pool_max"),
+)
