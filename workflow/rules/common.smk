@@ -87,6 +87,11 @@ def sql_files():
     return sorted(glob.glob(str(Path(workflow.basedir) / "workflow" / "sql" / "*.sql")))
 
 
+def pool_files():
+    """Dense evaluations of the selection pools, one per model x dataset x lang."""
+    return [f"results/pool/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()]
+
+
 def get_final_output():
     """Targets of `rule all`."""
     return ["results/illusion.duckdb"]

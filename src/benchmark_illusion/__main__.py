@@ -1,0 +1,88 @@
+"""Command line: query the results without writing Python.
+
+  python -m benchmark_illusion sql "SELECT * FROM accuracy"      # any SQL, printed as a table
+  python -m benchmark_illusion sql --csv "SELECT ..." > out.csv
+  python -m benchmark_illusion tables                            # what the database holds
+  python -m benchmark_illusion summary                           # accuracy per format, compact
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+DEFAULT_DB = "results/illusion.duckdb"
+
+SUMMARY_SQL = """
+SELECT model, method, structure, sparsity, dataset, lang,
+       max(n_items) AS n_items,
+       round(max(accuracy) FILTER (WHERE format = 'open'), 3)       AS open,
+       round(max(accuracy) FILTER (WHERE format = 'candidates'), 3) AS candidates,
+       round(max(accuracy) FILTER (WHERE format = 'mc'), 3)         AS mc
+FROM accuracy
+GROUP BY ALL
+ORDER BY model, method, structure, sparsity, dataset, lang
+"""
+
+
+def _open(db: str):
+    """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
+    from .aggregate import connect
+
+    path = Path(db).resolve()
+    con = connect(path)
+    root = path.parent.parent if path.parent.name == "results" else path.parent
+    os.chdir(root)
+    return con
+
+
+def _print(rel, csv: bool, max_rows: int) -> None:
+    if rel is None:
+        return
+    if csv:
+        rel.pl().write_csv(sys.stdout)
+    else:
+        rel.show(max_rows=max_rows, max_width=1_000_000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmark_illusion", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("sql", help="run one SQL statement and print its result")
+    q.add_argument("query")
+    q.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    q.add_argument("--max-rows", type=int, default=200)
+    sub.add_parser("tables", help="list tables and views with their row counts")
+    s = sub.add_parser("summary", help="accuracy per format for every checkpoint and language")
+    s.add_argument("--csv", action="store_true")
+    args = parser.parse_args(argv)
+
+    try:
+        con = _open(args.db)
+    except FileNotFoundError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    import duckdb
+
+    try:
+        if args.cmd == "sql":
+            _print(con.sql(args.query), args.csv, args.max_rows)
+        elif args.cmd == "tables":
+            rows = con.execute("SELECT table_name, table_type FROM information_schema.tables ORDER BY 1").fetchall()
+            for name, kind in rows:
+                n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+                print(f"{name:32s} {kind.lower():12s} {n:>10d} rows")
+        else:
+            _print(con.sql(SUMMARY_SQL), args.csv, 10_000)
+    except duckdb.Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

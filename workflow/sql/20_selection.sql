@@ -1,0 +1,27 @@
+-- selection: how many pool items the dense model answered correctly per format, and how many
+-- were kept (correct in both open and mc, capped per language). One row per model x dataset x
+-- language, also when no item was kept.
+CREATE OR REPLACE TABLE selection AS
+WITH per_item AS (
+    SELECT model, dataset, lang, item_id,
+           bool_or(correct) FILTER (WHERE format = 'open')       AS open_ok,
+           bool_or(correct) FILTER (WHERE format = 'mc')         AS mc_ok,
+           bool_or(correct) FILTER (WHERE format = 'candidates') AS candidates_ok
+    FROM pool
+    WHERE sample = 0
+    GROUP BY ALL
+),
+kept AS (
+    SELECT model, dataset, lang, count(*) AS n_selected FROM selected_items GROUP BY ALL
+)
+SELECT p.model, p.dataset, p.lang,
+       count(*)                                        AS n_pool,
+       count(*) FILTER (WHERE open_ok)                 AS open_correct,
+       count(*) FILTER (WHERE candidates_ok)           AS candidates_correct,
+       count(*) FILTER (WHERE mc_ok)                   AS mc_correct,
+       count(*) FILTER (WHERE open_ok AND mc_ok)       AS both_correct,
+       coalesce(any_value(k.n_selected), 0)            AS n_selected
+FROM per_item p
+LEFT JOIN kept k USING (model, dataset, lang)
+GROUP BY ALL
+ORDER BY p.model, p.dataset, p.lang;
