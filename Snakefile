@@ -22,6 +22,6 @@ include: "workflow/rules/aggregate.smk"
 
 
 rule all:
+    default_target: True
     input:
         get_final_output(),
-    default_target: True

@@ -278,3 +278,18 @@ def test_cli_embedded_default_without_configfile(tmp_path):
     assert proc.returncode == 0, out
     assert "results/selected/smollm2-135m/sample/es.parquet" in out, out
     assert_no_job_ran(tmp_path)
+
+
+def test_readme_examples_validate():
+    """config/README.md: the embedded default is the shipped file, and the paper example is valid."""
+    import re
+
+    text = (ROOT / "config" / "README.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
+    configs = [b for b in blocks if isinstance(b, dict) and "models" in b]
+    assert len(configs) == 2
+    default, paper = configs
+    assert default == yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    full = validate_config(paper)
+    assert {d["source"] for d in full["datasets"].values()} == {"xquad_hub", "tydiqa_hub"}
+    assert all(m["source"] == "hub" and m["revision"] for m in full["models"].values())

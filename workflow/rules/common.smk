@@ -16,7 +16,9 @@ except WorkflowError:
     # Snakemake's message shows one error with the whole schema; list every one by key instead.
     raise ConfigError(
         "invalid config:\n  "
-        + "\n  ".join(schema_errors(config, workflow.source_path("../schemas/config.schema.yaml")))
+        + "\n  ".join(
+            schema_errors(config, workflow.source_path("../schemas/config.schema.yaml"))
+        )
     )
 check_config(config)
 
@@ -36,8 +38,15 @@ def dataset_langs():
 
 
 def get_dataset_config(wildcards):
-    """The config of dataset {dataset}."""
-    return config["datasets"][wildcards.dataset]
+    """The config of dataset {dataset}, without its language list.
+
+    Adding a language must not re-run the languages already downloaded.
+    """
+    return {
+        k: v
+        for k, v in config["datasets"][wildcards.dataset].items()
+        if k != "languages"
+    }
 
 
 def get_raw_input(wildcards):
@@ -60,7 +69,12 @@ def get_model_config(wildcards):
 
 def get_eval_config(wildcards):
     """The config sections that decide evaluation rows (changes re-run evaluations)."""
-    return {k: config[k] for k in ("seed", "prompt", "evaluation", "judge")}
+    params = {k: config[k] for k in ("seed", "prompt", "judge")}
+    # Where it runs does not change the rows: a new device must not re-run evaluations.
+    params["evaluation"] = {
+        k: v for k, v in config["evaluation"].items() if k != "device"
+    }
+    return params
 
 
 def dense_generation_files():
@@ -79,7 +93,11 @@ def generation_files():
 
 def selected_files():
     """Selected-item files, one per model x dataset x lang."""
-    return [f"results/selected/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()]
+    return [
+        f"results/selected/{m}/{d}/{l}.parquet"
+        for m in MODELS
+        for d, l in dataset_langs()
+    ]
 
 
 def sql_files():
@@ -89,7 +107,9 @@ def sql_files():
 
 def pool_files():
     """Dense evaluations of the selection pools, one per model x dataset x lang."""
-    return [f"results/pool/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()]
+    return [
+        f"results/pool/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()
+    ]
 
 
 def get_final_output():

@@ -5,11 +5,11 @@ rule download_dataset:
         "resources/datasets/{dataset}/{lang}.parquet",
     log:
         "logs/download_dataset/{dataset}/{lang}.log",
-    params:
-        dataset=get_dataset_config,
     resources:
         mem_mb=4000,
         runtime=30,
+    params:
+        dataset=get_dataset_config,
     script:
         "../scripts/download_dataset.py"
 
@@ -22,11 +22,11 @@ rule build_items:
         report="results/items/{dataset}/{lang}.report.json",
     log:
         "logs/build_items/{dataset}/{lang}.log",
-    params:
-        seed=config["seed"],
-        extractive=get_extractive,
     resources:
         mem_mb=4000,
         runtime=15,
+    params:
+        seed=config["seed"],
+        extractive=get_extractive,
     script:
         "../scripts/build_items.py"

@@ -8,13 +8,13 @@ rule evaluate_pool:
         "logs/evaluate_pool/{model}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
-    params:
-        eval=get_eval_config,
-        pool_max=config["items"]["pool_max"],
     threads: workflow.cores
     resources:
         mem_mb=16000,
         runtime=120,
+    params:
+        eval=get_eval_config,
+        pool_max=config["items"]["pool_max"],
     script:
         "../scripts/evaluate.py"
 

@@ -5,10 +5,10 @@ rule import_model:
         "logs/import_model/{model}.log",
     benchmark:
         "logs/benchmarks/import_model/{model}.tsv"
-    params:
-        model=get_model_config,
     resources:
         mem_mb=16000,
         runtime=60,
+    params:
+        model=get_model_config,
     script:
         "../scripts/import_model.py"

@@ -9,7 +9,7 @@ pipeline.evaluate_file(
     snakemake.input.model,
     snakemake.input.item_table,
     snakemake.output[0],
-    {**snakemake.config, **snakemake.params.eval},
+    snakemake.config,  # params.eval only makes config changes re-run this rule
     model=w.model,
     method=w.get("method", "dense"),
     structure=w.get("structure", "none"),

@@ -1,0 +1,92 @@
+"""Mask selection from importance scores. A mask is a bool tensor, True = weight is pruned (zeroed).
+
+Structures:
+  unstructured   a fraction `sparsity` of the weights, chosen by the method's comparison group
+  N:M            in every group of M consecutive input weights of a row, exactly N are pruned
+                 (sparsity N/M; "2:4" prunes 2 of every 4, NVIDIA's sparse tensor core layout)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+_NM = re.compile(r"^([1-9][0-9]*):([1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class Structure:
+    """A sparsity structure: unstructured (n = m = 0) or N:M."""
+
+    n: int = 0
+    m: int = 0
+
+    @property
+    def is_nm(self) -> bool:
+        return self.m > 0
+
+    @property
+    def sparsity(self) -> float | None:
+        """The sparsity an N:M pattern implies; None when unstructured."""
+        return self.n / self.m if self.is_nm else None
+
+    def __str__(self) -> str:
+        return f"{self.n}:{self.m}" if self.is_nm else "unstructured"
+
+    @property
+    def path(self) -> str:
+        """Spelling used in file paths (no colon): 'unstructured', '2of4'."""
+        return f"{self.n}of{self.m}" if self.is_nm else "unstructured"
+
+
+def parse_structure(text: str) -> Structure:
+    """'unstructured', 'N:M' or the path form 'NofM' -> Structure; ValueError otherwise."""
+    if text in ("unstructured", "none", "dense"):
+        return Structure()
+    m = _NM.match(text.replace("of", ":"))
+    if not m or not 0 < int(m.group(1)) < int(m.group(2)):
+        raise ValueError(f"structure {text!r} is neither 'unstructured' nor N:M with 0 < N < M (e.g. '2:4')")
+    return Structure(int(m.group(1)), int(m.group(2)))
+
+
+def n_pruned(count: int, sparsity: float) -> int:
+    """How many of `count` weights a target sparsity prunes (rounded to nearest)."""
+    return int(round(count * sparsity))
+
+
+def lowest_per_matrix(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
+    """Prune the lowest-scoring `sparsity` fraction of the whole matrix (one threshold)."""
+    k = n_pruned(scores.numel(), sparsity)
+    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
+    if k:
+        mask[torch.topk(scores.flatten(), k, largest=False).indices] = True
+    return mask.view_as(scores)
+
+
+def lowest_per_row(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
+    """Prune the lowest-scoring `sparsity` fraction of every row ([out, in] scores)."""
+    k = n_pruned(scores.shape[1], sparsity)
+    mask = torch.zeros_like(scores, dtype=torch.bool)
+    if k:
+        mask.scatter_(1, torch.topk(scores, k, dim=1, largest=False).indices, True)
+    return mask
+
+
+def lowest_n_of_m(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
+    """In every group of m consecutive columns of each row, prune the n lowest scores."""
+    rows, cols = scores.shape
+    if cols % m:
+        raise ValueError(f"N:M needs the input dimension ({cols}) to be a multiple of M={m}")
+    groups = scores.reshape(rows, cols // m, m)
+    mask = torch.zeros_like(groups, dtype=torch.bool)
+    mask.scatter_(2, torch.topk(groups, n, dim=2, largest=False).indices, True)
+    return mask.reshape(rows, cols)
+
+
+def nm_violations(weight: torch.Tensor, n: int, m: int) -> int:
+    """Number of M-groups of a [out, in] weight with fewer than N zeros."""
+    rows, cols = weight.shape
+    zeros = (weight.reshape(rows, cols // m, m) == 0).sum(-1)
+    return int((zeros < n).sum())
