@@ -18,6 +18,7 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/prune.smk"
 include: "workflow/rules/aggregate.smk"
 
 

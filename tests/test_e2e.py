@@ -1,5 +1,6 @@
 """End to end on the real bundled model: snakemake download -> items -> dense evaluation ->
-selection -> DuckDB, then SQL on the result."""
+selection -> calibration -> magnitude/Wanda/SparseGPT at two sparsities -> evaluation of every
+checkpoint -> DuckDB, then SQL on the result."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def smoke_config(tmp: Path) -> Path:
                                 "languages": ["en", "es"]}},
         "items": {"pool_max": 24, "max_per_language": 10},
         "evaluation": {"max_new_tokens": 16, "batch_size": 8},
+        "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
+        "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64},
     }
     path = tmp / "smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -93,6 +96,7 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
     for c in ("model", "method", "structure", "sparsity", "dataset", "lang", "format", "n_items", "accuracy"):
         assert c in cols
     rows = con.execute("SELECT lang, format, n_items, accuracy FROM accuracy WHERE method = 'dense' ORDER BY 1, 2").fetchall()
+    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM accuracy").fetchone()[0] == 1 + 6
     by = {(lang, fmt): (n, acc) for lang, fmt, n, acc in rows}
     # Selected items are right in open and mc by construction; candidates is measured.
     assert by[("en", "open")][1] == 1.0 and by[("en", "mc")][1] == 1.0
@@ -107,6 +111,45 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
     assert median_rank == 1
 
 
+CHECKPOINTS = [(m, s) for m in ("magnitude", "wanda", "sparsegpt") for s in ("0.1", "0.3")]
+
+
+def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
+    import json
+
+    work, _ = smoke_run
+    for method, s in CHECKPOINTS:
+        ckpt = work / f"results/checkpoints/smollm2-135m/{method}/unstructured/{s}"
+        report = json.loads((ckpt / "sparsity.json").read_text())
+        assert abs(report["measured_sparsity"] - float(s)) <= 0.001, (method, s)
+        assert all(abs(v["sparsity"] - float(s)) < 0.01 for v in report["layers"].values())
+        assert len(report["layers"]) == 30 * 7  # every Linear of every block, lm_head excluded
+        for lang in ("en", "es"):
+            log = pl.read_parquet(work / f"results/generations/smollm2-135m/{method}/unstructured/{s}/sample/{lang}.parquet")
+            assert dict(log.schema) == LOG_SCHEMA
+            assert set(log["method"]) == {method} and set(log["sparsity"]) == {float(s)}
+            assert set(log["structure"]) == {"unstructured"}
+    cal = work / "results/calibration/smollm2-135m.safetensors"
+    from safetensors.torch import load_file
+
+    assert tuple(load_file(str(cal))["input_ids"].shape) == (8, 64)
+
+
+def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
+    work, _ = smoke_run
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    rows = con.execute("SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate FROM mc_only").fetchall()
+    seen = {(m, f"{s:g}") for m, s, *_ in rows}
+    assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")}
+    for method, s, lang, n, n_mc_only, rate in rows:
+        assert 0 <= n_mc_only <= n and (n == 0 or rate == pytest.approx(n_mc_only / n))
+        if method == "dense":
+            assert n_mc_only == 0  # selected items are right in the dense model's open answers
+    # The item-level table says which items pruning turned from correct to MC-only.
+    n_items = con.execute("SELECT count(*) FROM item_outcomes WHERE mc_only AND method <> 'dense'").fetchone()[0]
+    assert n_items == sum(r[4] for r in rows)
+
+
 def test_cli_prints_a_query_result(smoke_run):
     work, _ = smoke_run
     res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
@@ -114,7 +157,7 @@ def test_cli_prints_a_query_result(smoke_run):
                          capture_output=True, text=True, cwd="/")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 6
+    assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

@@ -124,6 +124,47 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
                 path = raw_path_for(d, lang)
                 if not (root / path).is_file():
                     errors.append(f"datasets.{name}.path: file for language {lang!r} not found: {path}")
+    errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
+    return errors
+
+
+def nm_patterns(pruning: dict) -> list[str]:
+    """The configured N:M patterns as 'N:M' strings (entries may be strings or {pattern, sparsity})."""
+    return [e if isinstance(e, str) else e["pattern"] for e in pruning.get("nm", [])]
+
+
+def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
+    from .pruning.masks import parse_structure
+
+    errors = []
+    blocksize = (pruning.get("sparsegpt") or {}).get("blocksize", 128)
+    for i, entry in enumerate(pruning.get("nm", [])):
+        pattern = entry if isinstance(entry, str) else entry.get("pattern", "")
+        try:
+            st = parse_structure(pattern)
+        except ValueError as e:
+            errors.append(f"pruning.nm[{i}]: {e}")
+            continue
+        if isinstance(entry, dict) and "sparsity" in entry and abs(entry["sparsity"] - st.sparsity) > 1e-9:
+            errors.append(f"pruning.nm[{i}].sparsity: {pattern} prunes N/M = {st.sparsity:g} of the weights, "
+                          f"not {entry['sparsity']:g}")
+        if "sparsegpt" in pruning.get("methods", []) and blocksize % st.m:
+            errors.append(f"pruning.sparsegpt.blocksize: {blocksize} is not a multiple of M={st.m} ({pattern})")
+    if pruning.get("methods") and not (pruning.get("sparsities") or pruning.get("nm")):
+        errors.append("pruning.sparsities: methods are set but there is no sparsity and no N:M pattern to prune to")
+    if calibration.get("source") == "text_files":
+        need = calibration.get("n_windows", 16) * calibration.get("seq_len", 128)
+        chars = 0
+        for j, p in enumerate(calibration.get("paths", [])):
+            if not (root / p).is_file():
+                errors.append(f"calibration.paths[{j}]: file not found: {p}")
+            else:
+                chars += len((root / p).read_text(encoding="utf-8", errors="replace"))
+        # A token covers at least one character, so fewer characters than tokens needed is
+        # certainly too little (the exact count is checked when the windows are cut).
+        if chars and chars < need:
+            errors.append(f"calibration: n_windows x seq_len = {need} tokens, but calibration.paths hold only "
+                          f"{chars} characters")
     return errors
 
 

@@ -94,19 +94,33 @@ def eval_config_hash(config: dict) -> str:
 
 def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, config: dict, *,
                   model: str, method: str = "dense", structure: str = "none", sparsity: float = 0.0,
-                  dataset: str, lang: str, limit: int | None = None) -> pl.DataFrame:
+                  dataset: str, lang: str, limit: int | None = None, threads: int | None = None) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
     limit: evaluate only the first `limit` items in seeded order (the selection pool).
+    threads: CPU threads for torch (None: torch's default).
     """
-    from .evaluate import RunMeta, evaluate_items
-    from .models import checkpoint_hash, load_checkpoint, resolve_device
+    from .pruning.masks import parse_structure
+    from .schema import LOG_SCHEMA
 
+    if structure != "none":
+        structure = str(parse_structure(structure))  # logs say '2:4' where paths say '2of4'
     items = pl.read_parquet(items_path)
     if limit is not None and items.height > limit:
         keep = set(seeded_order(items["item_id"].to_list(), config["seed"])[:limit])
         items = items.filter(pl.col("item_id").is_in(list(keep)))
     settings = eval_settings(config)
+    if items.height == 0:  # e.g. a language where the dense model got no item right
+        write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
+        log.warning("no items in %s: wrote an empty log without loading the model", items_path)
+        return pl.DataFrame(schema=LOG_SCHEMA)
+    import torch
+
+    from .evaluate import RunMeta, evaluate_items
+    from .models import checkpoint_hash, load_checkpoint, resolve_device
+
+    if threads:
+        torch.set_num_threads(threads)
     device = resolve_device(config["evaluation"]["device"])
     trust = config["models"].get(model, {}).get("trust_remote_code", False)
     t0 = time.perf_counter()
@@ -155,3 +169,80 @@ def dense_generations_file(pool: str | Path, selected: str | Path, out: str | Pa
     ids = pl.read_parquet(selected)["item_id"]
     rows = pl.read_parquet(pool).filter(pl.col("item_id").is_in(ids.implode()))
     write_parquet(rows, out)
+
+
+# ---------------------------------------------------------------- pruning
+
+
+def calibration_file(config: dict, tokenizer_dir: str | Path, out: str | Path, *, item_files=(),
+                     selected_files=()) -> dict:
+    """Cut the configured calibration windows and store them (safetensors, with metadata)."""
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    from . import calibration as cal
+    from .io import atomic_path
+
+    c = config["calibration"]
+    if c["source"] == "heldout_items":
+        docs = cal.heldout_passages(list(item_files), list(selected_files))
+    elif c["source"] == "text_files":
+        docs = cal.text_file_documents(c["paths"])
+    else:
+        # Enough documents for the windows with a wide margin (C4 documents average ~400 tokens).
+        docs = cal.c4_documents(c, max_docs=max(256, c["n_windows"] * c["seq_len"] // 100))
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    windows = cal.make_windows(docs, tok, c["n_windows"], c["seq_len"], config["seed"])
+    meta = {"source": c["source"], "documents": str(len(docs)), "n_windows": str(c["n_windows"]),
+            "seq_len": str(c["seq_len"]), "seed": str(config["seed"])}
+    with atomic_path(out, ".safetensors") as tmp:
+        save_file({"input_ids": windows}, str(tmp), metadata=meta)
+    log.info("calibration %s: %d windows x %d tokens from %d documents (%s)", out, *windows.shape, len(docs), c["source"])
+    return meta
+
+
+def prune_settings(config: dict, method: str, structure: str, sparsity: float):
+    """PruneSettings for one grid point; raises ValueError for an inconsistent combination."""
+    from .pruning.layerwise import PruneSettings
+    from .pruning.masks import parse_structure
+
+    p = config["pruning"]
+    return PruneSettings(method=method, sparsity=sparsity, structure=parse_structure(structure),
+                         batch_size=p["batch_size"], blocksize=p["sparsegpt"]["blocksize"],
+                         percdamp=p["sparsegpt"]["percdamp"])
+
+
+def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str | Path, config: dict, *,
+               model: str, method: str, structure: str, sparsity: float, threads: int | None = None) -> dict:
+    """Prune the dense checkpoint and write checkpoint + sparsity.json (atomically, after checks)."""
+    from safetensors.torch import load_file
+
+    from .io import atomic_path, sha256_file
+    from .models import checkpoint_hash, load_checkpoint, resolve_device
+    from .pruning.layerwise import check_report, prune_model
+
+    settings = prune_settings(config, method, structure, sparsity)  # fails before any work
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    torch_device = resolve_device(config["evaluation"]["device"])
+    mcfg = config["models"][model]
+    net, tok = load_checkpoint(model_dir, mcfg.get("dtype", "float32"), torch_device, mcfg.get("trust_remote_code", False))
+    windows = load_file(str(calibration))["input_ids"] if calibration else None
+    report = prune_model(net, windows, settings)
+    report["model"] = model
+    report["dense_model_hash"] = checkpoint_hash(model_dir)
+    report["tolerance"] = config["pruning"]["tolerance"]
+    check_report(report, config["pruning"]["tolerance"])
+    with atomic_path(out) as tmp:
+        net.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        write_json(report, Path(tmp) / "sparsity.json")
+        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
+        prov.update(pruned_from=str(model_dir), pruning={k: report[k] for k in ("method", "structure", "target_sparsity")},
+                    weights_sha256={w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))})
+        write_json(prov, Path(tmp) / "provenance.json")
+    log.info("pruned %s %s %s %g: measured sparsity %.5f in %.1fs", model, method, structure, sparsity,
+             report["measured_sparsity"], report["seconds"])
+    return report

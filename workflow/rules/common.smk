@@ -28,6 +28,9 @@ DATASETS = sorted(config["datasets"])
 
 wildcard_constraints:
     model="|".join(map(re.escape, MODELS)),
+    method="magnitude|wanda|sparsegpt",
+    structure="unstructured|[0-9]+of[0-9]+",
+    sparsity="0|0\\.[0-9]+",
     dataset="|".join(map(re.escape, DATASETS)),
     lang="[A-Za-z0-9-]+",
 
@@ -86,9 +89,69 @@ def dense_generation_files():
     ]
 
 
+def sparsity_str(s):
+    """How a sparsity is spelled in paths: 0.3 -> '0.3', 0.5 -> '0.5'."""
+    return f"{s:g}"
+
+
+def pruning_targets():
+    """(method, structure path, sparsity str) of every pruned checkpoint in the grid."""
+    from benchmark_illusion.config import nm_patterns
+    from benchmark_illusion.pruning.masks import parse_structure
+
+    p = config["pruning"]
+    points = [("unstructured", s) for s in p["sparsities"]]
+    for pattern in nm_patterns(p):
+        st = parse_structure(pattern)
+        points.append((st.path, st.sparsity))
+    return [(m, st, sparsity_str(s)) for m in p["methods"] for st, s in points]
+
+
+def pruned_generation_files():
+    """Evaluation logs of every pruned checkpoint on the selected items."""
+    return [
+        f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
+        for m in MODELS
+        for meth, st, s in pruning_targets()
+        for d, l in dataset_langs()
+    ]
+
+
 def generation_files():
     """Every evaluation log the aggregation reads."""
-    return dense_generation_files()
+    return dense_generation_files() + pruned_generation_files()
+
+
+def get_calibration_input(wildcards):
+    """Calibration windows for {model}; magnitude pruning needs none."""
+    if wildcards.method == "magnitude":
+        return []
+    return f"results/calibration/{wildcards.model}.safetensors"
+
+
+def get_calibration_sources(wildcards):
+    """Item and selected files that held-out calibration text is drawn from (none otherwise)."""
+    if config["calibration"]["source"] != "heldout_items":
+        return {"item_tables": [], "selected": []}
+    return {
+        "item_tables": [f"results/items/{d}/{l}.parquet" for d, l in dataset_langs()],
+        "selected": [
+            f"results/selected/{wildcards.model}/{d}/{l}.parquet"
+            for d, l in dataset_langs()
+        ],
+    }
+
+
+def get_prune_params(wildcards):
+    """Pruning settings that change a checkpoint (sparsegpt's only for sparsegpt)."""
+    p = config["pruning"]
+    params = {"dtype": config["models"][wildcards.model].get("dtype")}
+    if wildcards.method != "magnitude":
+        # Calibration changes reach wanda/sparsegpt through their calibration input file.
+        params["batch_size"] = p["batch_size"]
+    if wildcards.method == "sparsegpt":
+        params["sparsegpt"] = p["sparsegpt"]
+    return params
 
 
 def selected_files():

@@ -8,7 +8,7 @@ rule evaluate_pool:
         "logs/evaluate_pool/{model}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
-    threads: workflow.cores
+    threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=16000,
         runtime=120,

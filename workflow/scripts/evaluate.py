@@ -1,9 +1,6 @@
-import torch
-
 from benchmark_illusion import logs, pipeline
 
 logs.to_file(snakemake.log[0])
-torch.set_num_threads(max(1, snakemake.threads))
 w = snakemake.wildcards
 pipeline.evaluate_file(
     snakemake.input.model,
@@ -17,4 +14,5 @@ pipeline.evaluate_file(
     dataset=w.dataset,
     lang=w.lang,
     limit=snakemake.params.get("pool_max"),
+    threads=snakemake.threads,
 )

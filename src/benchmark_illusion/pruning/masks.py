@@ -66,12 +66,21 @@ def lowest_per_matrix(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
 
 
 def lowest_per_row(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
-    """Prune the lowest-scoring `sparsity` fraction of every row ([out, in] scores)."""
-    k = n_pruned(scores.shape[1], sparsity)
-    mask = torch.zeros_like(scores, dtype=torch.bool)
-    if k:
-        mask.scatter_(1, torch.topk(scores, k, dim=1, largest=False).indices, True)
-    return mask
+    """Prune the lowest-scoring `sparsity` fraction of every row ([out, in] scores).
+
+    The matrix total round(out * in * sparsity) is met exactly: rows prune either
+    floor or ceil of the per-row share (the first rows take the remainder), so a small
+    input dimension cannot push the measured sparsity off target by rounding.
+    """
+    rows, cols = scores.shape
+    total = n_pruned(rows * cols, sparsity)
+    counts = torch.full((rows,), total // rows, device=scores.device)
+    counts[: total % rows] += 1
+    # rank of each score within its row: 0 = lowest (stable, so ties break by position)
+    order = torch.argsort(scores, dim=1, stable=True)
+    ranks = torch.empty_like(order)
+    ranks.scatter_(1, order, torch.arange(cols, device=scores.device).expand(rows, cols).contiguous())
+    return ranks < counts[:, None]
 
 
 def lowest_n_of_m(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:

@@ -1,0 +1,41 @@
+"""Calibration windows: held apart from evaluated passages, seeded, and sized or refused."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from benchmark_illusion.calibration import CalibrationError, heldout_passages, make_windows, text_file_documents
+
+
+def test_heldout_passages_exclude_every_passage_a_selected_item_uses(tmp_path):
+    items = pl.DataFrame({"item_id": ["a1", "a2", "b1", "c1"], "context": ["A", "A", "B", "C"]})
+    items.write_parquet(tmp_path / "items.parquet")
+    pl.DataFrame({"item_id": ["a2"]}).write_parquet(tmp_path / "sel.parquet")
+    # a1 is not selected, but its passage A is (through a2): it must not be calibration text.
+    assert heldout_passages([tmp_path / "items.parquet"], [tmp_path / "sel.parquet"]) == ["B", "C"]
+
+
+def test_windows_are_seeded_and_sized(bundled_tokenizer):
+    docs = [f"Document number {i} talks about the river {i * 7} and its bridges." for i in range(60)]
+    a = make_windows(docs, bundled_tokenizer, 5, 16, seed=3)
+    b = make_windows(docs, bundled_tokenizer, 5, 16, seed=3)
+    c = make_windows(docs, bundled_tokenizer, 5, 16, seed=4)
+    assert tuple(a.shape) == (5, 16) and a.equal(b) and not a.equal(c)
+    # Windows do not overlap: no window repeats another.
+    assert len({tuple(r) for r in a.tolist()}) == 5
+
+
+def test_too_little_text_is_refused_with_both_numbers(bundled_tokenizer):
+    with pytest.raises(CalibrationError, match=r"needs 10 x 64 = 640 tokens but the source has \d+"):
+        make_windows(["a short text"], bundled_tokenizer, 10, 64, seed=0)
+    with pytest.raises(CalibrationError, match="no text"):
+        make_windows([], bundled_tokenizer, 1, 8, seed=0)
+
+
+def test_text_files_split_on_blank_lines(tmp_path):
+    f = tmp_path / "t.txt"
+    f.write_text("first doc\nline two\n\n\nsecond doc\n")
+    assert text_file_documents([f]) == ["first doc\nline two", "second doc"]
+    with pytest.raises(CalibrationError, match="not found"):
+        text_file_documents([tmp_path / "missing.txt"])

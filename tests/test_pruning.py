@@ -1,0 +1,220 @@
+"""Pruning: masks equal their formulas, N:M holds exactly, SparseGPT reconstructs best."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from benchmark_illusion.pruning.layerwise import PruneSettings, check_report, decoder_layers, prune_model
+from benchmark_illusion.pruning.magnitude import magnitude_mask
+from benchmark_illusion.pruning.masks import (Structure, lowest_n_of_m, lowest_per_matrix, lowest_per_row,
+                                              nm_violations, parse_structure)
+from benchmark_illusion.pruning.sparsegpt import Hessian, sparsegpt_prune
+from benchmark_illusion.pruning.wanda import wanda_mask
+from conftest import make_tiny_model
+
+VOCAB = 300
+
+
+def windows(n=6, t=24, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(3, VOCAB, (n, t), generator=g)
+
+
+def linears(model):
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in n}
+
+
+# ----------------------------------------------------------------- masks
+
+
+def test_structure_parsing():
+    assert parse_structure("2:4") == Structure(2, 4) and parse_structure("2of4") == Structure(2, 4)
+    assert str(Structure(2, 4)) == "2:4" and Structure(2, 4).path == "2of4" and Structure(4, 8).sparsity == 0.5
+    assert not parse_structure("unstructured").is_nm
+    for bad in ("4:2", "0:4", "2:2", "2-4", "half"):
+        with pytest.raises(ValueError):
+            parse_structure(bad)
+
+
+def test_per_row_mask_meets_the_matrix_total_exactly():
+    scores = torch.rand(7, 10, generator=torch.Generator().manual_seed(1))
+    mask = lowest_per_row(scores, 0.33)  # 70 * 0.33 = 23.1 -> 23 = 3 + 3 + 3 + 2 + 2 + 2 + 2 ... per row
+    assert int(mask.sum()) == 23
+    per_row = mask.sum(1)
+    assert per_row.max() - per_row.min() <= 1
+    for r in range(7):  # within a row the pruned scores are the lowest
+        k = int(per_row[r])
+        assert set(torch.nonzero(mask[r]).flatten().tolist()) == set(torch.argsort(scores[r])[:k].tolist())
+
+
+def test_per_matrix_and_n_of_m_masks():
+    scores = torch.arange(24, dtype=torch.float32).flip(0).reshape(3, 8)
+    m = lowest_per_matrix(scores, 0.25)
+    assert int(m.sum()) == 6 and bool(m.flatten()[-6:].all())
+    nm = lowest_n_of_m(torch.rand(5, 16), 2, 4)
+    assert (nm.reshape(5, 4, 4).sum(-1) == 2).all()
+    w = torch.randn(5, 16).masked_fill(nm, 0)
+    assert nm_violations(w, 2, 4) == 0
+    w[0, :4] = 1.0  # a group with no zero at all
+    assert nm_violations(w, 2, 4) == 1
+
+
+# ----------------------------------------------------------------- whole-model pruning on a tiny model
+
+
+def _captured_inputs(model, layer_idx, data):
+    """Reference: inputs of each Linear of block `layer_idx`, from a full forward of the model."""
+    layer = decoder_layers(model)[layer_idx]
+    seen: dict[str, list] = {}
+    hooks = [m.register_forward_hook(lambda mod, a, o, n=n: seen.setdefault(n, []).append(a[0].reshape(-1, a[0].shape[-1])))
+             for n, m in layer.named_modules() if isinstance(m, nn.Linear)]
+    with torch.no_grad():
+        for i in range(0, data.shape[0], 3):
+            model(input_ids=data[i : i + 3], use_cache=False)
+    for h in hooks:
+        h.remove()
+    return {n: torch.cat(v) for n, v in seen.items()}
+
+
+def test_wanda_masks_equal_the_formula_on_real_activations():
+    data = windows()
+    model = make_tiny_model(VOCAB, seed=5, layers=3)
+    reference = copy.deepcopy(model)
+    prune_model(model, data, PruneSettings("wanda", 0.5, batch_size=3), progress=False)
+    # Independent reference: block by block, full forward passes of the partly pruned reference.
+    for i, layer in enumerate(decoder_layers(reference)):
+        x = _captured_inputs(reference, i, data)
+        for name, lin in layer.named_modules():
+            if isinstance(lin, nn.Linear):
+                score = lin.weight.abs() * x[name].pow(2).sum(0).sqrt()
+                k = lin.weight.shape[1] // 2
+                idx = torch.argsort(score, dim=1)[:, :k]
+                lin.weight.data.scatter_(1, idx, 0.0)
+    for (name, got), (_, want) in zip(linears(model).items(), linears(reference).items()):
+        assert torch.equal(got.weight == 0, want.weight == 0), name
+        assert torch.equal(got.weight, want.weight), name
+
+
+def test_magnitude_masks_equal_the_formula():
+    model = make_tiny_model(VOCAB, seed=6)
+    reference = copy.deepcopy(model)
+    report = prune_model(model, None, PruneSettings("magnitude", 0.3), progress=False)
+    for (name, got), (_, ref) in zip(linears(model).items(), linears(reference).items()):
+        w = ref.weight.abs().flatten()
+        k = round(w.numel() * 0.3)
+        pruned = set(torch.argsort(w)[:k].tolist())
+        assert set(torch.nonzero(got.weight.flatten() == 0).flatten().tolist()) == pruned, name
+    assert report["measured_sparsity"] == pytest.approx(0.3, abs=1e-3)
+
+
+@pytest.mark.parametrize("method, pattern", [("magnitude", "2:4"), ("wanda", "2:4"), ("sparsegpt", "4:8")])
+def test_n_of_m_groups_hold_exactly_n_zeros(method, pattern):
+    st = parse_structure(pattern)
+    model = make_tiny_model(VOCAB, seed=7)
+    report = prune_model(model, windows(), PruneSettings(method, st.sparsity, st, batch_size=3, blocksize=32),
+                         progress=False)
+    for name, lin in linears(model).items():
+        w = lin.weight
+        zeros = (w.reshape(w.shape[0], -1, st.m) == 0).sum(-1)
+        assert (zeros == st.n).all(), name
+    assert report["nm_violations"] == 0
+    check_report(report)
+
+
+@pytest.mark.parametrize("method", ["magnitude", "wanda", "sparsegpt"])
+def test_sparsity_zero_returns_bit_identical_weights(method):
+    model = make_tiny_model(VOCAB, seed=8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    report = prune_model(model, windows(), PruneSettings(method, 0.0), progress=False)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert report["measured_sparsity"] == 0.0
+
+
+@pytest.mark.parametrize("method", ["wanda", "sparsegpt"])
+def test_pruning_is_deterministic(method):
+    runs = []
+    for _ in range(2):
+        model = make_tiny_model(VOCAB, seed=9)
+        prune_model(model, windows(seed=3), PruneSettings(method, 0.4, batch_size=2, blocksize=16), progress=False)
+        runs.append(model.state_dict())
+    assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
+
+
+def test_embeddings_and_lm_head_stay_dense():
+    model = make_tiny_model(VOCAB, seed=10)
+    emb = model.get_input_embeddings().weight.clone()
+    head = model.lm_head.weight.clone()
+    prune_model(model, windows(), PruneSettings("sparsegpt", 0.5, batch_size=3, blocksize=16), progress=False)
+    assert torch.equal(model.get_input_embeddings().weight, emb)
+    assert torch.equal(model.lm_head.weight, head)
+
+
+def test_sparsegpt_handles_dead_inputs():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(12, 16, generator=g)
+    x = torch.randn(200, 16, generator=g)
+    x[:, [3, 7]] = 0.0  # two inputs never active: zero rows/columns in H
+    h = Hessian(16, "cpu")
+    h.add(x)
+    new, mask = sparsegpt_prune(w, h.value, 0.5, Structure(), blocksize=8)
+    assert torch.isfinite(new).all()
+    assert (new[:, [3, 7]] == 0).all()
+    assert (new == 0).float().mean() == pytest.approx(0.5, abs=1e-9)
+
+
+def test_settings_and_report_checks_fail_clearly():
+    with pytest.raises(ValueError, match="implies sparsity 0.5"):
+        PruneSettings("wanda", 0.3, Structure(2, 4))
+    with pytest.raises(ValueError, match="unknown pruning method"):
+        PruneSettings("random", 0.3)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        PruneSettings("wanda", 1.0)
+    with pytest.raises(ValueError, match="percentage points"):
+        check_report({"measured_sparsity": 0.298, "target_sparsity": 0.3, "nm_violations": 0, "layers": {}})
+    with pytest.raises(ValueError, match="violate"):
+        check_report({"measured_sparsity": 0.5, "target_sparsity": 0.5, "nm_violations": 2, "structure": "2:4",
+                      "layers": {"a": {"nm_violations": 2}}})
+
+
+# ----------------------------------------------------------------- the real bundled model
+
+
+@pytest.mark.e2e
+def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
+    """On real activations of SmolLM2 (layer 5), ||WX - W'X|| at 50%: SparseGPT < Wanda, magnitude."""
+    import json
+    from pathlib import Path
+
+    from benchmark_illusion.models import load_checkpoint
+
+    model, tok = load_checkpoint(bundled_model_dir)
+    root = Path(__file__).resolve().parents[1] / "resources/sample_qa"
+    text = " ".join(p["context"] for f in ("en.json", "de.json") for d in json.loads((root / f).read_text())["data"]
+                    for p in d["paragraphs"])
+    ids = torch.tensor(tok(text)["input_ids"][: 8 * 128]).view(8, 128)
+    layer = decoder_layers(model)[5]
+    for name in ("self_attn.q_proj", "mlp.down_proj"):
+        lin = dict(layer.named_modules())[name]
+        xs = []
+        h = lin.register_forward_hook(lambda m, a, o: xs.append(a[0].reshape(-1, a[0].shape[-1])))
+        with torch.no_grad():
+            model(input_ids=ids[:6], use_cache=False)  # calibration
+            h.remove()
+        x_cal = torch.cat(xs)
+        hess = Hessian(lin.in_features, "cpu")
+        hess.add(x_cal)
+        w = lin.weight.detach()
+        for st in (Structure(), Structure(2, 4)):
+            errors = {}
+            candidates = {
+                "magnitude": w.masked_fill(magnitude_mask(w, 0.5, st), 0),
+                "wanda": w.masked_fill(wanda_mask(w, x_cal.pow(2).sum(0), 0.5, st), 0),
+                "sparsegpt": sparsegpt_prune(w, hess.value, 0.5, st)[0],
+            }
+            for method, w2 in candidates.items():
+                errors[method] = float(torch.linalg.norm(x_cal @ w.T - x_cal @ w2.T))
+            assert errors["sparsegpt"] < min(errors["wanda"], errors["magnitude"]), (name, str(st), errors)

@@ -1,0 +1,56 @@
+rule calibration_data:
+    input:
+        unpack(get_calibration_sources),
+        model="resources/models/{model}",
+    output:
+        "results/calibration/{model}.safetensors",
+    log:
+        "logs/calibration_data/{model}.log",
+    params:
+        calibration=config["calibration"],
+        seed=config["seed"],
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    script:
+        "../scripts/calibration_data.py"
+
+
+rule prune:
+    input:
+        model="resources/models/{model}",
+        calibration=get_calibration_input,
+    output:
+        directory("results/checkpoints/{model}/{method}/{structure}/{sparsity}"),
+    log:
+        "logs/prune/{model}/{method}/{structure}/{sparsity}.log",
+    benchmark:
+        "logs/benchmarks/prune/{model}/{method}/{structure}/{sparsity}.tsv"
+    params:
+        prune=get_prune_params,
+    threads: 4  # capped at --cores locally; profiles may set-threads
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    script:
+        "../scripts/prune.py"
+
+
+rule evaluate:
+    input:
+        model="results/checkpoints/{model}/{method}/{structure}/{sparsity}",
+        item_table="results/selected/{model}/{dataset}/{lang}.parquet",
+    output:
+        "results/generations/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.parquet",
+    log:
+        "logs/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.log",
+    benchmark:
+        "logs/benchmarks/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.tsv"
+    params:
+        eval=get_eval_config,
+    threads: 4  # capped at --cores locally; profiles may set-threads
+    resources:
+        mem_mb=16000,
+        runtime=120,
+    script:
+        "../scripts/evaluate.py"

@@ -1,0 +1,10 @@
+from benchmark_illusion import logs, pipeline
+
+logs.to_file(snakemake.log[0])
+pipeline.calibration_file(
+    snakemake.config,
+    snakemake.input.model,
+    snakemake.output[0],
+    item_files=snakemake.input.get("item_tables", []),
+    selected_files=snakemake.input.get("selected", []),
+)
