@@ -39,3 +39,28 @@ def test_text_files_split_on_blank_lines(tmp_path):
     assert text_file_documents([f]) == ["first doc\nline two", "second doc"]
     with pytest.raises(CalibrationError, match="not found"):
         text_file_documents([tmp_path / "missing.txt"])
+
+
+def test_c4_hub_loader_reads_a_local_folder_laid_out_like_the_hub(tmp_path, monkeypatch):
+    """The real c4_hub code path (datasets.load_dataset with the shard's data_files, streamed),
+    pointed at a local folder with the hub repository's layout instead of allenai/c4."""
+    import gzip
+    import json
+
+    from benchmark_illusion.calibration import C4_DEFAULT, c4_documents
+
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    shard = tmp_path / "c4" / C4_DEFAULT["data_files"]
+    shard.parent.mkdir(parents=True)
+    with gzip.open(shard, "wt") as f:
+        for i in range(5):
+            f.write(json.dumps({"text": f"web page {i}", "timestamp": "2019", "url": f"u{i}"}) + "\n")
+    docs = c4_documents({"hub_id": str(tmp_path / "c4")}, max_docs=3)
+    assert docs == ["web page 0", "web page 1", "web page 2"]
+
+
+def test_c4_hub_without_network_names_the_alternatives(tmp_path):
+    from benchmark_illusion.calibration import c4_documents
+
+    with pytest.raises(CalibrationError, match="text_files or heldout_items"):
+        c4_documents({"hub_id": str(tmp_path / "no-such-dataset")}, max_docs=3)

@@ -125,7 +125,35 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
                 if not (root / path).is_file():
                     errors.append(f"datasets.{name}.path: file for language {lang!r} not found: {path}")
     errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
+    if not errors:
+        errors += _heldout_size_errors(config, root)
     return errors
+
+
+def _heldout_size_errors(config: dict, root: Path) -> list[str]:
+    """Held-out calibration text comes from the datasets' passages: refuse a config whose local
+    files hold fewer characters in all their passages than the tokens it asks for (a token
+    covers at least one character; the exact count is checked when the windows are cut)."""
+    from .data import HUB_LANGUAGES, load_raw
+
+    cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
+    needs = set(pruning.get("methods", [])) - {"magnitude"}
+    if cal.get("source", "heldout_items") != "heldout_items" or not needs:
+        return []
+    datasets = config.get("datasets", {})
+    if any(d.get("source") in HUB_LANGUAGES for d in datasets.values()):
+        return []  # passages are known only after download
+    need = cal.get("n_windows", 16) * cal.get("seq_len", 128)
+    chars = 0
+    for d in datasets.values():
+        for lang in d["languages"]:
+            resolved = {**d, "path": str(root / d["path"])}
+            chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
+    if chars < need:
+        return [f"calibration: n_windows x seq_len = {need} tokens, but all passages of the configured datasets "
+                f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
+                f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"]
+    return []
 
 
 def nm_patterns(pruning: dict) -> list[str]:

@@ -96,6 +96,14 @@ def _batches(order: list[int], size: int):
         yield order[i : i + size]
 
 
+def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: str):
+    """Prompt texts and ids of `rows` in format `fmt`, and the row order for length-sorted batches."""
+    texts = [build_prompt(toks.tok, settings.prompt, r, fmt) for r in rows]
+    ids = [toks.encode(t) for t in texts]
+    order = sorted(range(len(rows)), key=lambda i: (len(ids[i]), rows[i]["item_id"]))
+    return texts, ids, order
+
+
 def _judge_row(output: str, item: dict, settings: EvalSettings) -> dict:
     j = judge(
         output,
@@ -167,9 +175,7 @@ def _extra_stop_ids(model) -> list[int]:
 
 
 def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:
-    texts = [build_prompt(toks.tok, settings.prompt, r, "open") for r in rows]
-    ids = [toks.encode(t) for t in texts]
-    order = sorted(range(len(rows)), key=lambda i: (len(ids[i]), rows[i]["item_id"]))
+    texts, ids, order = _prompts(toks, settings, rows, "open")
     out = []
     bar = tqdm(total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress)
     for batch in _batches(order, settings.batch_size):
@@ -255,9 +261,7 @@ def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[
 
 
 def _candidates(model, toks: Tokens, rows, settings, stop, base, progress) -> list[dict]:
-    texts = [build_prompt(toks.tok, settings.prompt, r, "candidates") for r in rows]
-    ids = [toks.encode(t) for t in texts]
-    order = sorted(range(len(rows)), key=lambda i: (len(ids[i]), rows[i]["item_id"]))
+    texts, ids, order = _prompts(toks, settings, rows, "candidates")
     out = []
     bar = tqdm(total=len(rows), desc=f"candidates {base['dataset']}/{base['lang']}", disable=not progress)
     for batch in _batches(order, settings.batch_size):
