@@ -18,6 +18,7 @@ from tqdm import tqdm
 from . import engine
 from .judge import first_line, judge, normalize
 from .prompts import LETTERS, PromptSettings, adds_special_tokens, build_prompt, prompt_id
+from .recovery import RecoverySettings
 from .schema import LOG_SCHEMA
 
 FORMATS = ("open", "candidates", "mc")
@@ -35,6 +36,7 @@ class EvalSettings:
     max_length_factor: float = 3.0
     max_length_slack: int = 3
     seed: int = 0
+    recovery: RecoverySettings = field(default_factory=RecoverySettings)
 
 
 @dataclass(frozen=True)
@@ -96,9 +98,20 @@ def _batches(order: list[int], size: int):
         yield order[i : i + size]
 
 
-def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: str):
-    """Prompt texts and ids of `rows` in format `fmt`, and the row order for length-sorted batches."""
-    texts = [build_prompt(toks.tok, settings.prompt, r, fmt) for r in rows]
+def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: str, exemplars: dict | None = None):
+    """Prompt texts and ids of `rows` in format `fmt`, and the row order for length-sorted batches.
+
+    exemplars: item_id -> item, for the `oneshot` format's worked example.
+    """
+    texts = []
+    for r in rows:
+        ex = None
+        if fmt == "oneshot":
+            ex = (exemplars or {}).get(r.get("exemplar_id"))
+            if ex is None:
+                raise ValueError(f"item {r['item_id']!r}: its 1-shot exemplar {r.get('exemplar_id')!r} "
+                                 "is not in the item table")
+        texts.append(build_prompt(toks.tok, settings.prompt, r, fmt, exemplar=ex))
     ids = [toks.encode(t) for t in texts]
     order = sorted(range(len(rows)), key=lambda i: (len(ids[i]), rows[i]["item_id"]))
     return texts, ids, order
@@ -114,7 +127,8 @@ def _judge_row(output: str, item: dict, settings: EvalSettings) -> dict:
         max_length_factor=settings.max_length_factor,
         max_length_slack=settings.max_length_slack,
     )
-    return dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo, too_long=j.too_long)
+    return dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo,
+                too_long=j.too_long, answer_norm=normalize(first_line(output), item["lang"]))
 
 
 _LABEL = re.compile(r"^\(?([A-Za-z])(?:[\).:]\s*(.*))?$")
@@ -142,8 +156,11 @@ def chosen_option(output: str, options: list[str], lang: str) -> tuple[int | Non
 
 
 def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings, meta: RunMeta,
-                   progress: bool = True) -> pl.DataFrame:
-    """Run every requested format on every item; return the log rows (LOG_SCHEMA)."""
+                   progress: bool = True, exemplars: dict[str, dict] | None = None) -> pl.DataFrame:
+    """Run every requested format, then the enabled recovery decodes; return the log rows (LOG_SCHEMA).
+
+    exemplars: item_id -> item for the 1-shot examples (needed when recovery.oneshot is on).
+    """
     unknown = set(settings.formats) - set(FORMATS)
     if unknown:
         raise ValueError(f"unknown formats {sorted(unknown)}; known: {FORMATS}")
@@ -161,9 +178,19 @@ def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings
     if want & {"open", "mc"}:
         out += _open_and_mc(model, toks, rows, settings, stop, base, want, progress)
     if "candidates" in want:
-        out += _candidates(model, toks, rows, settings, stop, base, progress)
+        out += _greedy_format(model, toks, rows, settings, stop, base, progress, "candidates")
+    if settings.recovery.any:
+        from .recovery import recovery_rows
+
+        targets = rows
+        if settings.recovery.scope == "open_wrong":
+            if "open" not in want:
+                raise ValueError("recovery scope 'open_wrong' needs the open format")
+            wrong = {r["item_id"] for r in out if r["format"] == "open" and not r["correct"]}
+            targets = [r for r in rows if r["item_id"] in wrong]
+        out += recovery_rows(model, toks, targets, settings, stop, base, exemplars or {}, progress)
     df = pl.DataFrame(out, schema=LOG_SCHEMA)
-    return df.sort(["item_id", "format", "sample"])
+    return df.sort(["item_id", "format", "decode", "sample"])
 
 
 def _extra_stop_ids(model) -> list[int]:
@@ -183,24 +210,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
         t_prefill = time.perf_counter() - t0
 
-        # Gold first token: the best-ranked first token over the item's gold answers.
-        gold_first = []
-        for i in batch:
-            firsts = []
-            for a in rows[i]["answers"]:
-                cont, start = toks.continuation(texts[i], ids[i], a)
-                if start == len(ids[i]):
-                    firsts.append(cont[0])
-            gold_first.append(sorted(set(firsts)) or [None])
-        best = []
-        for b, cands in enumerate(gold_first):
-            valid = [c for c in cands if c is not None]
-            if not valid:
-                best.append((None, None, None))
-                continue
-            r, lp = engine.token_ranks(state.last_logits[b : b + 1].expand(len(valid), -1), torch.tensor(valid, device=state.mask.device))
-            k = int(torch.argmin(r))
-            best.append((int(r[k]), float(lp[k]), valid[k]))
+        best = [_gold_rank(toks, texts[i], ids[i], rows[i]["answers"], state.last_logits[b]) for b, i in enumerate(batch)]
 
         if "mc" in want:
             t1 = time.perf_counter()
@@ -228,6 +238,24 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
     return out
 
 
+def _gold_rank(toks: Tokens, text: str, ids: list[int], answers, logits: torch.Tensor):
+    """(rank, log-prob, token id) of the best-ranked first token among the gold answers.
+
+    None for all three when no gold starts at a token boundary after the prompt.
+    """
+    firsts = set()
+    for a in answers:
+        cont, start = toks.continuation(text, ids, a)
+        if start == len(ids):
+            firsts.add(cont[0])
+    if not firsts:
+        return None, None, None
+    cand = sorted(firsts)
+    ranks, logps = engine.token_ranks(logits[None].expand(len(cand), -1), torch.tensor(cand, device=logits.device))
+    k = int(torch.argmin(ranks))
+    return int(ranks[k]), float(logps[k]), cand[k]
+
+
 def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[dict]:
     conts, merged = [], []
     for i in batch:
@@ -252,7 +280,8 @@ def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[
         pred_norm = max(range(len(ll)), key=lambda k: per_byte[k])
         out.append(dict(
             base, item_id=r["item_id"], format="mc", decode="loglik", prompt_id=prompt_id(texts[i]),
-            output=r["options"][pred], correct=pred == r["gold_option"], option_ll=ll,
+            output=r["options"][pred], answer_norm=normalize(r["options"][pred], r["lang"]),
+            correct=pred == r["gold_option"], option_ll=ll,
             option_ll_per_byte=per_byte, pred_option=pred, pred_option_norm=pred_norm,
             correct_norm=pred_norm == r["gold_option"], gold_option=r["gold_option"],
             n_prompt_tokens=len(ids[i]), n_output_tokens=0, boundary_merge=any(m is not None for m in merged[b]),
@@ -260,10 +289,12 @@ def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[
     return out
 
 
-def _candidates(model, toks: Tokens, rows, settings, stop, base, progress) -> list[dict]:
-    texts, ids, order = _prompts(toks, settings, rows, "candidates")
+def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt: str,
+                   exemplars: dict | None = None) -> list[dict]:
+    """Greedy answers in a format with its own prompt: `candidates` or `oneshot`."""
+    texts, ids, order = _prompts(toks, settings, rows, fmt, exemplars)
     out = []
-    bar = tqdm(total=len(rows), desc=f"candidates {base['dataset']}/{base['lang']}", disable=not progress)
+    bar = tqdm(total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress)
     for batch in _batches(order, settings.batch_size):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
@@ -272,9 +303,9 @@ def _candidates(model, toks: Tokens, rows, settings, stop, base, progress) -> li
         for b, i in enumerate(batch):
             r = rows[i]
             text = toks.tok.decode(gen[b], skip_special_tokens=True)
-            k, judged = chosen_option(text, list(r["options"]), r["lang"])
+            k, judged = chosen_option(text, list(r["options"]), r["lang"]) if fmt == "candidates" else (None, text)
             out.append(dict(
-                base, item_id=r["item_id"], format="candidates", decode="greedy", prompt_id=prompt_id(texts[i]),
+                base, item_id=r["item_id"], format=fmt, decode="greedy", prompt_id=prompt_id(texts[i]),
                 output=text, **_judge_row(judged, r, settings), pred_option=k, gold_option=r["gold_option"],
                 n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]), seconds=dt,
             ))

@@ -69,13 +69,16 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
 # ---------------------------------------------------------------- evaluation
 
 
-def eval_settings(config: dict):
-    """EvalSettings from a validated config."""
+def eval_settings(config: dict, recovery: bool = True):
+    """EvalSettings from a validated config (recovery decodes off when `recovery` is False)."""
     from .evaluate import EvalSettings
     from .prompts import PromptSettings
+    from .recovery import RecoverySettings
 
     p, e, j = config["prompt"], config["evaluation"], config["judge"]
+    rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings()
     return EvalSettings(
+        recovery=rec,
         prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"]),
         formats=tuple(e["formats"]),
         batch_size=e["batch_size"],
@@ -87,18 +90,26 @@ def eval_settings(config: dict):
 
 
 def eval_config_hash(config: dict) -> str:
-    """Hash of every config value that can change an evaluation's rows (not where it runs)."""
-    e = {k: v for k, v in config["evaluation"].items() if k != "device"}
+    """Hash of the config values behind the greedy and mc rows (not where they run).
+
+    Recovery settings are left out: they only change the recovery rows, whose `decode` and
+    `sample` columns say how they were made, and the dense pool is not re-run for them.
+    """
+    e = {k: v for k, v in config["evaluation"].items() if k not in ("device", "recovery")}
     return stable_hash({"prompt": config["prompt"], "evaluation": e, "judge": config["judge"], "seed": config["seed"]})
 
 
 def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, config: dict, *,
                   model: str, method: str = "dense", structure: str = "none", sparsity: float = 0.0,
-                  dataset: str, lang: str, limit: int | None = None, threads: int | None = None) -> pl.DataFrame:
+                  dataset: str, lang: str, limit: int | None = None, threads: int | None = None,
+                  exemplar_items: str | Path | None = None) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
-    limit: evaluate only the first `limit` items in seeded order (the selection pool).
+    limit: evaluate only the first `limit` items in seeded order (the selection pool). The pool
+      gets recovery decodes only with recovery.scope 'all': selected items are right in the
+      dense model's open answers, so 'open_wrong' recoveries of the pool would all be dropped.
     threads: CPU threads for torch (None: torch's default).
+    exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
     """
     from .pruning.masks import parse_structure
     from .schema import LOG_SCHEMA
@@ -109,7 +120,8 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     if limit is not None and items.height > limit:
         keep = set(seeded_order(items["item_id"].to_list(), config["seed"])[:limit])
         items = items.filter(pl.col("item_id").is_in(list(keep)))
-    settings = eval_settings(config)
+    is_pool = limit is not None
+    settings = eval_settings(config, recovery=not is_pool or config["evaluation"]["recovery"]["scope"] == "all")
     if items.height == 0:  # e.g. a language where the dense model got no item right
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)
@@ -129,7 +141,11 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     meta = RunMeta(model=model, method=method, structure=structure, sparsity=sparsity, dataset=dataset,
                    lang=lang, model_hash=checkpoint_hash(checkpoint), config_hash=eval_config_hash(config))
     t0 = time.perf_counter()
-    df = evaluate_items(net, tok, items, settings, meta)
+    exemplars = None
+    if settings.recovery.oneshot:
+        table = pl.read_parquet(exemplar_items or items_path)
+        exemplars = {r["item_id"]: r for r in table.to_dicts()}
+    df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
     dt = time.perf_counter() - t0
     write_parquet(df, out)
     acc = df.group_by("format").agg(pl.col("correct").mean()).sort("format").to_dicts()
@@ -143,7 +159,7 @@ def select_items_file(pool: str | Path, items_path: str | Path, out: str | Path,
     logs = pl.read_parquet(pool)
     items = pl.read_parquet(items_path)
     per_item = (
-        logs.filter(pl.col("format").is_in(["open", "mc"]) & (pl.col("sample") == 0))
+        logs.filter(pl.col("format").is_in(["open", "mc"]) & pl.col("decode").is_in(["greedy", "loglik"]))
         .group_by("item_id")
         .agg(pl.col("correct").filter(pl.col("format") == "open").first().alias("open"),
              pl.col("correct").filter(pl.col("format") == "mc").first().alias("mc"))

@@ -19,6 +19,7 @@ LOG_SCHEMA = {
     "sample": pl.Int32,
     "prompt_id": pl.Utf8,
     "output": pl.Utf8,
+    "answer_norm": pl.Utf8,
     "correct": pl.Boolean,
     "exact_match": pl.Boolean,
     "f1": pl.Float64,

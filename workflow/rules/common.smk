@@ -70,6 +70,20 @@ def get_model_config(wildcards):
     return config["models"][wildcards.model]
 
 
+def get_pool_eval_config(wildcards):
+    """Like get_eval_config, without recovery settings unless recovery runs on the pool.
+
+    With scope open_wrong the pool gets no recovery decode (selected items are right in open),
+    so a decoding parameter must not re-run the dense pool and the selection.
+    """
+    params = get_eval_config(wildcards)
+    if params["evaluation"]["recovery"]["scope"] != "all":
+        params["evaluation"] = {
+            k: v for k, v in params["evaluation"].items() if k != "recovery"
+        }
+    return params
+
+
 def get_eval_config(wildcards):
     """The config sections that decide evaluation rows (changes re-run evaluations)."""
     params = {k: config[k] for k in ("seed", "prompt", "judge")}

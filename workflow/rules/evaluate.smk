@@ -13,7 +13,7 @@ rule evaluate_pool:
         mem_mb=16000,
         runtime=120,
     params:
-        eval=get_eval_config,
+        eval=get_pool_eval_config,
         pool_max=config["items"]["pool_max"],
     script:
         "../scripts/evaluate.py"

@@ -40,6 +40,7 @@ rule evaluate:
     input:
         model="results/checkpoints/{model}/{method}/{structure}/{sparsity}",
         item_table="results/selected/{model}/{dataset}/{lang}.parquet",
+        exemplars="results/items/{dataset}/{lang}.parquet",
     output:
         "results/generations/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.parquet",
     log:

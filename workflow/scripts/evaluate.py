@@ -15,4 +15,5 @@ pipeline.evaluate_file(
     lang=w.lang,
     limit=snakemake.params.get("pool_max"),
     threads=snakemake.threads,
+    exemplar_items=snakemake.input.get("exemplars"),
 )

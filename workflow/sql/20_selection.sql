@@ -8,7 +8,7 @@ WITH per_item AS (
            bool_or(correct) FILTER (WHERE format = 'mc')         AS mc_ok,
            bool_or(correct) FILTER (WHERE format = 'candidates') AS candidates_ok
     FROM pool
-    WHERE sample = 0
+    WHERE sample = 0 AND decode IN ('greedy', 'loglik')
     GROUP BY ALL
 ),
 kept AS (

@@ -1,0 +1,106 @@
+"""Recovery decodes: is an answer the greedy `open` decode misses still near the top?
+
+  beam     `open` prompt, beam search (5 beams): rows decode='beam', sample = beam rank (0 = top beam)
+  sample   `open` prompt, nucleus sampling (10 samples, top_p 0.9, temperature 1.0, top_k off,
+           seeded): rows decode='sample', sample = 0..9
+  oneshot  one worked example (same language, another passage) before the `open` prompt, greedy:
+           rows format='oneshot', decode='greedy'
+
+They run on the items whose greedy `open` answer is wrong (scope 'open_wrong', the only items a
+recovery can change), or on every item (scope 'all'). transformers adds top_k=50 to sampling
+unless told otherwise; top_k=0 is passed so that the nucleus alone decides.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from tqdm import tqdm
+
+from . import engine
+from .prompts import prompt_id
+
+
+@dataclass(frozen=True)
+class RecoverySettings:
+    """Which recovery decodes run, and how."""
+
+    beam: bool = False
+    num_beams: int = 5
+    sample: bool = False
+    num_samples: int = 10
+    top_p: float = 0.9
+    temperature: float = 1.0
+    oneshot: bool = False
+    scope: str = "open_wrong"
+
+    @property
+    def any(self) -> bool:
+        return self.beam or self.sample or self.oneshot
+
+
+def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule, base: dict,
+                  exemplars: dict[str, dict], progress: bool) -> list[dict]:
+    """Log rows of every enabled recovery decode on `rows` (already restricted to the scope)."""
+    from .evaluate import _batches, _judge_row, _prompts
+
+    rec: RecoverySettings = settings.recovery
+    out: list[dict] = []
+    if not rows:
+        return out
+    if rec.beam or rec.sample:
+        texts, ids, order = _prompts(toks, settings, rows, "open")
+        stop_ids = sorted(stop.stop_ids)
+        common = dict(max_new_tokens=settings.max_new_tokens, pad_token_id=toks.pad_id,
+                      eos_token_id=stop_ids or None)
+        passes = []
+        if rec.beam:
+            passes.append(("beam", dict(do_sample=False, num_beams=rec.num_beams,
+                                        num_return_sequences=rec.num_beams, early_stopping=True)))
+        if rec.sample:
+            passes.append(("sample", dict(do_sample=True, top_p=rec.top_p, temperature=rec.temperature, top_k=0,
+                                          num_return_sequences=rec.num_samples)))
+        for decode, kwargs in passes:
+            bar = tqdm(total=len(rows), desc=f"{decode} {base['dataset']}/{base['lang']}", disable=not progress)
+            for n_batch, batch in enumerate(_batches(order, settings.batch_size)):
+                if decode == "sample":
+                    # Seeded per batch: batches are fixed by length sorting, so reruns draw the same.
+                    torch.manual_seed(settings.seed * 1_000_003 + n_batch)
+                t0 = time.perf_counter()
+                seqs = _generate(model, [ids[i] for i in batch], toks.pad_id, {**common, **kwargs})
+                k = kwargs["num_return_sequences"]
+                dt = (time.perf_counter() - t0) / (len(batch) * k)
+                for b, i in enumerate(batch):
+                    for j in range(k):
+                        gen = seqs[b * k + j]
+                        text = toks.tok.decode(gen, skip_special_tokens=True)
+                        out.append(dict(
+                            base, item_id=rows[i]["item_id"], format="open", decode=decode, sample=j,
+                            prompt_id=prompt_id(texts[i]), output=text, **_judge_row(text, rows[i], settings),
+                            gold_option=rows[i]["gold_option"], n_prompt_tokens=len(ids[i]),
+                            n_output_tokens=len(gen), seconds=dt,
+                        ))
+                bar.update(len(batch))
+            bar.close()
+    if rec.oneshot:
+        from .evaluate import _greedy_format
+
+        out += _greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars)
+    return out
+
+
+@torch.inference_mode()
+def _generate(model, seqs: list[list[int]], pad_id: int, kwargs: dict) -> list[list[int]]:
+    """New tokens of model.generate on left-padded prompts, stop and pad tokens removed."""
+    device = next(model.parameters()).device
+    ids, mask = engine.left_pad(seqs, pad_id, device)
+    out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+    new = out[:, ids.shape[1]:].tolist()
+    stops = kwargs.get("eos_token_id") or []
+    result = []
+    for row in new:
+        cut = next((j for j, t in enumerate(row) if t in stops), len(row))
+        result.append(row[:cut])
+    return result
