@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import polars as pl
 import pytest
 import torch
@@ -23,6 +25,7 @@ def tiny(bundled_tokenizer):
 
 
 def run(tiny, tok, rec: RecoverySettings, max_new=4, seed=0, formats=("open", "mc")):
+    rec = dataclasses.replace(rec, max_new_tokens=max_new)
     settings = EvalSettings(formats=formats, batch_size=3, max_new_tokens=max_new, seed=seed, recovery=rec)
     return evaluate_items(tiny, tok, pl.DataFrame(ITEMS_EX), settings, RunMeta("tiny"), progress=False,
                           exemplars={"ex-1": EXEMPLAR})
@@ -76,8 +79,14 @@ def test_oneshot_uses_the_exemplar_and_fails_without_it(tiny, bundled_tokenizer)
         evaluate_items(tiny, bundled_tokenizer, pl.DataFrame(ITEMS_EX), settings, RunMeta("tiny"), progress=False)
 
 
-def test_scope_open_wrong_decodes_only_items_missed_in_open(tiny, bundled_tokenizer):
-    df = run(tiny, bundled_tokenizer, RecoverySettings(beam=True, oneshot=True))
+@pytest.mark.parametrize("scope", ["open_wrong", "mc_only"])
+def test_scope_restricts_recovery_to_the_items_it_names(bundled_tokenizer, scope):
+    tiny6 = make_tiny_model(len(bundled_tokenizer), seed=6)  # a seed whose model gets one mc item right
+    df = run(tiny6, bundled_tokenizer, RecoverySettings(beam=True, oneshot=True, scope=scope))
     wrong = set(df.filter((pl.col("format") == "open") & (pl.col("decode") == "greedy") & ~pl.col("correct"))["item_id"])
+    mc_right = set(df.filter((pl.col("format") == "mc") & pl.col("correct"))["item_id"])
+    want = wrong if scope == "open_wrong" else wrong & mc_right
     recovered = set(df.filter(pl.col("decode").is_in(["beam"]) | (pl.col("format") == "oneshot"))["item_id"])
-    assert recovered == wrong and wrong  # a random model misses every item
+    assert recovered == want
+    assert wrong == {i["item_id"] for i in ITEMS}  # a random model misses every open answer
+    assert 0 < len(mc_right) < len(ITEMS)  # and gets some, not all, mc items right by chance

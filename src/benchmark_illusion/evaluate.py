@@ -183,11 +183,15 @@ def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings
         from .recovery import recovery_rows
 
         targets = rows
-        if settings.recovery.scope == "open_wrong":
-            if "open" not in want:
-                raise ValueError("recovery scope 'open_wrong' needs the open format")
-            wrong = {r["item_id"] for r in out if r["format"] == "open" and not r["correct"]}
-            targets = [r for r in rows if r["item_id"] in wrong]
+        scope = settings.recovery.scope
+        if scope != "all":
+            need = {"open"} | ({"mc"} if scope == "mc_only" else set())
+            if not need <= want:
+                raise ValueError(f"recovery scope {scope!r} needs the formats {sorted(need)}")
+            keep = {r["item_id"] for r in out if r["format"] == "open" and not r["correct"]}
+            if scope == "mc_only":
+                keep &= {r["item_id"] for r in out if r["format"] == "mc" and r["correct"]}
+            targets = [r for r in rows if r["item_id"] in keep]
         out += recovery_rows(model, toks, targets, settings, stop, base, exemplars or {}, progress)
     df = pl.DataFrame(out, schema=LOG_SCHEMA)
     return df.sort(["item_id", "format", "decode", "sample"])
@@ -290,7 +294,7 @@ def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[
 
 
 def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt: str,
-                   exemplars: dict | None = None) -> list[dict]:
+                   exemplars: dict | None = None, max_new_tokens: int | None = None) -> list[dict]:
     """Greedy answers in a format with its own prompt: `candidates` or `oneshot`."""
     texts, ids, order = _prompts(toks, settings, rows, fmt, exemplars)
     out = []
@@ -298,7 +302,7 @@ def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fm
     for batch in _batches(order, settings.batch_size):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-        gen = engine.greedy(model, state, settings.max_new_tokens, stop, toks.pad_id)
+        gen = engine.greedy(model, state, max_new_tokens or settings.max_new_tokens, stop, toks.pad_id)
         dt = (time.perf_counter() - t0) / len(batch)
         for b, i in enumerate(batch):
             r = rows[i]

@@ -107,7 +107,7 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
 
     limit: evaluate only the first `limit` items in seeded order (the selection pool). The pool
       gets recovery decodes only with recovery.scope 'all': selected items are right in the
-      dense model's open answers, so 'open_wrong' recoveries of the pool would all be dropped.
+      dense model's open and mc answers, so narrower scopes would only decode dropped items.
     threads: CPU threads for torch (None: torch's default).
     exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
     """
@@ -148,7 +148,8 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
     dt = time.perf_counter() - t0
     write_parquet(df, out)
-    acc = df.group_by("format").agg(pl.col("correct").mean()).sort("format").to_dicts()
+    acc = (df.filter(pl.col("decode").is_in(["greedy", "loglik"])).group_by("format")
+           .agg(pl.col("correct").mean()).sort("format").to_dicts())
     log.info("evaluated %d items in %.1fs (%.2f items/s); accuracy %s", items.height, dt,
              items.height / max(dt, 1e-9), acc)
     return df

@@ -6,9 +6,11 @@
   oneshot  one worked example (same language, another passage) before the `open` prompt, greedy:
            rows format='oneshot', decode='greedy'
 
-They run on the items whose greedy `open` answer is wrong (scope 'open_wrong', the only items a
-recovery can change), or on every item (scope 'all'). transformers adds top_k=50 to sampling
-unless told otherwise; top_k=0 is passed so that the nucleus alone decides.
+They run on the MC-only items (scope 'mc_only': greedy `open` wrong, `mc` right; the items whose
+answer may be demoted rather than erased), on every item whose greedy `open` answer is wrong
+('open_wrong'), or on every item ('all'). transformers adds top_k=50 to sampling unless told
+otherwise; top_k=0 is passed so that the nucleus alone decides. Their generation length is
+`max_new_tokens` of their own: an answer longer than the judge's length limit is wrong anyway.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class RecoverySettings:
     top_p: float = 0.9
     temperature: float = 1.0
     oneshot: bool = False
-    scope: str = "open_wrong"
+    max_new_tokens: int = 16
+    scope: str = "mc_only"
 
     @property
     def any(self) -> bool:
@@ -53,7 +56,7 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
     if rec.beam or rec.sample:
         texts, ids, order = _prompts(toks, settings, rows, "open")
         stop_ids = sorted(stop.stop_ids)
-        common = dict(max_new_tokens=settings.max_new_tokens, pad_token_id=toks.pad_id,
+        common = dict(max_new_tokens=rec.max_new_tokens, pad_token_id=toks.pad_id,
                       eos_token_id=stop_ids or None)
         passes = []
         if rec.beam:
@@ -87,7 +90,8 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
     if rec.oneshot:
         from .evaluate import _greedy_format
 
-        out += _greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars)
+        out += _greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars,
+                              max_new_tokens=rec.max_new_tokens)
     return out
 
 

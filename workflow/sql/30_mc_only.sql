@@ -4,7 +4,7 @@
 -- (every selected item is right in the dense model's open and mc answers).
 --
 -- Recovery columns are NULL where the decode did not run (by default recovery runs only on
--- items whose greedy open answer is wrong):
+-- MC-only items: greedy open wrong, mc right):
 --   beam_top        the top beam is correct          beam_any      any of the beams is correct
 --   sample_pass     any sample is correct (pass@k)   sample_majority  the most frequent normalised
 --                   sampled answer is correct (ties: the alphabetically first answer)
