@@ -1,6 +1,8 @@
 -- accuracy: one row per checkpoint x dataset x language x format, on the selected items.
 -- `correct` is containment (anti-echo) for the generation formats and argmax log-likelihood
 -- (`acc`) for mc; `accuracy_norm` is mc's per-byte normalised variant (`acc_norm`).
+-- `oneshot` is a recovery decode: its rows (and n_items) cover only the items in
+-- evaluation.recovery.scope (by default the MC-only ones), not every selected item.
 CREATE OR REPLACE TABLE accuracy AS
 SELECT
     model, method, structure, sparsity, dataset, lang, format,
