@@ -133,6 +133,11 @@ BAD = [
     ("bad-dtype", _set("models", "m", "dtype", "int8"), "models.m.dtype", "not one of"),
     ("judge-factor-zero", _set("judge", "max_length_factor", 0), "judge.max_length_factor", "less than or equal"),
     ("pool-max-zero", _set("items", "pool_max", 0), "items.pool_max", "minimum"),
+    ("dataset-named-all", lambda c: c["datasets"].update(all=c["datasets"].pop("d")), "datasets", "reserved"),
+    ("language-named-all", _set("datasets", "d", "languages", ["en", "all"]), "datasets.d.languages.1", "reserved"),
+    ("bootstrap-replicates-zero", _set("metrics", "bootstrap_replicates", 0), "metrics.bootstrap_replicates", "minimum"),
+    ("ci-level-one", _set("metrics", "ci_level", 1.0), "metrics.ci_level", "maximum"),
+    ("unknown-metrics-key", _set("metrics", "seed", 3), "metrics.seed", "unknown key"),
 ]
 
 

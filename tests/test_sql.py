@@ -1,73 +1,95 @@
-"""The SQL metric tables on a hand-built log whose expected values are worked out by hand."""
+"""The SQL metric tables on hand-built logs whose expected values are worked out by hand."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 import pytest
 
-from benchmark_illusion.aggregate import create_views, run_sql_files
+from benchmark_illusion.aggregate import MetricSettings, create_views, run_sql_files
 from benchmark_illusion.schema import LOG_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
-def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None):
+def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None, lang="en", correct_norm=None):
     decode = decode or {"mc": "loglik"}.get(fmt, "greedy")
+    if fmt == "mc" and correct_norm is None:
+        correct_norm = correct
     return dict(model="m", method=method, structure="none" if method == "dense" else "unstructured",
-                sparsity=0.0 if method == "dense" else 0.5, dataset="d", lang="en", item_id=item, format=fmt,
+                sparsity=0.0 if method == "dense" else 0.5, dataset="d", lang=lang, item_id=item, format=fmt,
                 decode=decode, sample=sample, output=answer or "", answer_norm=answer, correct=correct,
-                gold_rank=rank, seed=0)
+                correct_norm=correct_norm, gold_rank=rank, seed=0)
 
 
 def frame(rows):
     return pl.DataFrame(rows, schema=LOG_SCHEMA)
 
 
-def selected_file(tmp_path, ids):
-    path = tmp_path / "selected" / "m" / "d" / "en.parquet"
+def selected_file(tmp_path, ids, lang="en"):
+    path = tmp_path / "selected" / "m" / "d" / f"{lang}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"item_id": ids, "dataset": ["d"] * len(ids), "lang": ["en"] * len(ids)}).write_parquet(path)
+    pl.DataFrame({"item_id": ids, "dataset": ["d"] * len(ids), "lang": [lang] * len(ids)}).write_parquet(path)
     return str(path)
+
+
+def build(tmp_path, generations: list, selected: dict, pool: list | None = None, **settings):
+    """A database from log rows: generations and pool are row lists; selected maps lang -> ids."""
+    frame(generations).write_parquet(tmp_path / "g.parquet")
+    frame(pool if pool is not None else generations).write_parquet(tmp_path / "p.parquet")
+    con = duckdb.connect()
+    create_views(con, [str(tmp_path / "g.parquet")],
+                 [selected_file(tmp_path, ids, lang) for lang, ids in selected.items()], [str(tmp_path / "p.parquet")])
+    run_sql_files(con, SQL, MetricSettings(**settings) if settings else None)
+    return con
+
+
+DENSE = [r for item in ("i1", "i2", "i3", "i4")
+         for r in (row("dense", item, "open", True, rank=1), row("dense", item, "mc", True),
+                   row("dense", item, "candidates", item != "i4"))]
+# The selection pool: the four selected items plus three the dense model got wrong in open.
+POOL = DENSE + [row("dense", "i5", "open", False, rank=12), row("dense", "i5", "mc", True),
+                row("dense", "i6", "open", False, rank=300), row("dense", "i6", "mc", False),
+                row("dense", "i7", "open", False, rank=2), row("dense", "i7", "mc", False)]
+PRUNED = [
+    # i1: MC-only; the top beam is wrong, another beam right; samples a,a,a (wrong), b,b (right)
+    row("w", "i1", "open", False, rank=3), row("w", "i1", "mc", True), row("w", "i1", "candidates", True),
+    *[row("w", "i1", "open", k == 2, decode="beam", sample=k) for k in range(5)],
+    *[row("w", "i1", "open", False, decode="sample", sample=k, answer="a") for k in range(3)],
+    *[row("w", "i1", "open", True, decode="sample", sample=3 + k, answer="b") for k in range(2)],
+    row("w", "i1", "oneshot", False),
+    # i2: MC-only and nothing recovers it
+    row("w", "i2", "open", False, rank=40), row("w", "i2", "mc", True), row("w", "i2", "candidates", False),
+    *[row("w", "i2", "open", False, decode="beam", sample=k) for k in range(5)],
+    row("w", "i2", "open", False, decode="sample", sample=0, answer="x"),
+    row("w", "i2", "oneshot", False),
+    # i3: wrong in mc too; oneshot right; a tie of one right 'b' and one wrong 'c' sample
+    row("w", "i3", "open", False, rank=7), row("w", "i3", "mc", False), row("w", "i3", "candidates", False),
+    row("w", "i3", "open", True, decode="sample", sample=0, answer="b"),
+    row("w", "i3", "open", False, decode="sample", sample=1, answer="c"),
+    row("w", "i3", "oneshot", True),
+    # i4: still right in open: no recovery decode ran
+    row("w", "i4", "open", True, rank=1), row("w", "i4", "mc", True), row("w", "i4", "candidates", True),
+]
 
 
 @pytest.fixture
 def db(tmp_path):
-    dense, pruned = [], []
-    for item in ("i1", "i2", "i3", "i4"):
-        dense += [row("dense", item, "open", True, rank=1), row("dense", item, "mc", True),
-                  row("dense", item, "candidates", item != "i4")]
-    pruned += [
-        # i1: MC-only; the top beam is wrong, another beam right; samples a,a,a (wrong), b,b (right)
-        row("w", "i1", "open", False, rank=3), row("w", "i1", "mc", True), row("w", "i1", "candidates", True),
-        *[row("w", "i1", "open", k == 2, decode="beam", sample=k) for k in range(5)],
-        *[row("w", "i1", "open", False, decode="sample", sample=k, answer="a") for k in range(3)],
-        *[row("w", "i1", "open", True, decode="sample", sample=3 + k, answer="b") for k in range(2)],
-        row("w", "i1", "oneshot", False),
-        # i2: MC-only and nothing recovers it
-        row("w", "i2", "open", False, rank=40), row("w", "i2", "mc", True), row("w", "i2", "candidates", False),
-        *[row("w", "i2", "open", False, decode="beam", sample=k) for k in range(5)],
-        row("w", "i2", "open", False, decode="sample", sample=0, answer="x"),
-        row("w", "i2", "oneshot", False),
-        # i3: wrong in mc too; oneshot right; a tie of one right 'b' and one wrong 'c' sample
-        row("w", "i3", "open", False, rank=7), row("w", "i3", "mc", False), row("w", "i3", "candidates", False),
-        row("w", "i3", "open", True, decode="sample", sample=0, answer="b"),
-        row("w", "i3", "open", False, decode="sample", sample=1, answer="c"),
-        row("w", "i3", "oneshot", True),
-        # i4: still right in open: no recovery decode ran
-        row("w", "i4", "open", True, rank=1), row("w", "i4", "mc", True), row("w", "i4", "candidates", True),
-    ]
-    frame(dense).write_parquet(tmp_path / "dense.parquet")
-    frame(pruned).write_parquet(tmp_path / "w.parquet")
-    con = duckdb.connect()
-    create_views(con, [str(tmp_path / "dense.parquet"), str(tmp_path / "w.parquet")],
-                 [selected_file(tmp_path, ["i1", "i2", "i3", "i4"])], [str(tmp_path / "dense.parquet")])
-    run_sql_files(con, SQL)
-    return con
+    return build(tmp_path, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
 
+
+def rate(con, metric, method="w", lang="en"):
+    """(n_items, value) of one rate; None when the metric has no row."""
+    r = con.execute("SELECT n_items, value FROM rates WHERE metric = ? AND method = ? AND lang = ?",
+                    [metric, method, lang]).fetchone()
+    return None if r is None else (r[0], pytest.approx(r[1]))
+
+
+# --- per item -----------------------------------------------------------------------------------
 
 def test_item_outcomes_by_hand(db):
     got = {r[0]: r[1:] for r in db.execute(
@@ -75,20 +97,50 @@ def test_item_outcomes_by_hand(db):
         "oneshot, recovered, status, gold_rank, dense_gold_rank FROM item_outcomes WHERE method = 'w'").fetchall()}
     assert got["i1"] == (False, True, True, False, True, True, False, False, True, "demoted", 3, 1)
     assert got["i2"] == (False, True, True, False, False, False, False, False, False, "erased", 40, 1)
-    assert got["i3"] == (False, False, False, None, None, True, True, True, True, "erased", 7, 1)
+    # i3 is wrong in mc too, but sampling and the worked example produce it: demoted, not erased
+    assert got["i3"] == (False, False, False, None, None, True, True, True, True, "demoted", 7, 1)
     assert got["i4"] == (True, True, False, None, None, None, None, None, None, "correct", 1, 1)
 
 
-def test_mc_only_counts_by_hand(db):
-    rows = db.execute("SELECT method, n_items, n_mc_only, mc_only_rate, n_mc_wrong, n_open_wrong, "
-                      "n_mc_only_recovered, n_demoted, n_erased FROM mc_only ORDER BY method").fetchall()
-    assert rows[0] == ("dense", 4, 0, 0.0, 0, 0, 0, 0, 0)
-    assert rows[1] == ("w", 4, 2, 0.5, 1, 3, 1, 1, 2)
+# --- every rate, by hand --------------------------------------------------------------------------
+
+def test_rates_by_hand(db):
+    # open [0,0,0,1]; mc [1,1,0,1]; candidates [1,0,0,1]; oneshot ran on i1..i3: [0,0,1]
+    assert rate(db, "acc_open") == (4, 0.25)
+    assert rate(db, "acc_mc") == (4, 0.75)
+    assert rate(db, "acc_mc_norm") == (4, 0.75)
+    assert rate(db, "acc_candidates") == (4, 0.5)
+    assert rate(db, "acc_oneshot") == (3, 1 / 3)
+    # dense minus pruned per item: open [1,1,1,0]; candidates [1,1,1,0]-[1,0,0,1] = [0,1,1,-1]
+    assert rate(db, "drop_open") == (4, 0.75)
+    assert rate(db, "drop_candidates") == (4, 0.25)
+    assert rate(db, "drop_mc") == (4, 0.25)
+    assert rate(db, "drop_open", method="dense") is None  # no drop of the dense model from itself
+    # candidates minus open per item: [1,0,0,0]
+    assert rate(db, "delta_pr") == (4, 0.25)
+    assert rate(db, "delta_pr", method="dense") == (4, -0.25)  # dense: [1,1,1,0] - [1,1,1,1]
+    assert rate(db, "mc_only") == (4, 0.5)
+    # over the two MC-only items i1, i2
+    assert rate(db, "rec_beam_top") == (2, 0.0)
+    assert rate(db, "rec_beam_any") == (2, 0.5)
+    assert rate(db, "rec_sample_pass") == (2, 0.5)
+    assert rate(db, "rec_sample_majority") == (2, 0.0)  # i1: 'a' x3 beats 'b' x2
+    assert rate(db, "rec_oneshot") == (2, 0.0)
+    assert rate(db, "rec_oracle") == (2, 0.5)
+    # over the three wrong open answers: i1 demoted, i2 erased, i3 demoted
+    assert rate(db, "demoted") == (3, 2 / 3)
+    assert rate(db, "erased") == (3, 1 / 3)
+    # gold ranks: MC-only 3, 40; open-correct 1; dense-failed pool items 12, 300, 2
+    assert rate(db, "top1_mc_only") == (2, 0.0)
+    assert rate(db, "top5_mc_only") == (2, 0.5)
+    assert rate(db, "top10_open_correct") == (1, 1.0)
+    assert rate(db, "top5_dense_failed", method="dense") == (3, 1 / 3)
+    assert rate(db, "top10_dense_failed", method="dense") == (3, 1 / 3)
 
 
 def test_accuracy_by_hand(db):
     acc = {r[0]: r[1:] for r in db.execute(
-        "SELECT format, n_items, accuracy FROM accuracy WHERE method = 'w'").fetchall()}
+        "SELECT format, n_items, accuracy FROM accuracy WHERE method = 'w' AND lang = 'en'").fetchall()}
     # open: only i4 right of 4; recovery rows do not count as open answers
     assert acc["open"] == (4, 0.25)
     assert acc["mc"] == (4, 0.75)  # i1, i2, i4
@@ -96,18 +148,211 @@ def test_accuracy_by_hand(db):
     assert acc["oneshot"] == (3, pytest.approx(1 / 3))
 
 
+def test_support_gradient_by_hand(db):
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT format, n_items, dense_accuracy, accuracy, drop FROM support_gradient WHERE lang = 'en'").fetchall()}
+    assert got == {"open": (4, 1.0, 0.25, 0.75), "candidates": (4, 0.75, 0.5, 0.25),
+                   "mc": (4, 1.0, 0.75, 0.25), "mc_norm": (4, 1.0, 0.75, 0.25)}
+    assert db.execute("SELECT count(*) FROM support_gradient WHERE method = 'dense'").fetchone() == (0,)
+
+
+def test_delta_pr_by_hand(db):
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT method, n_items, acc_candidates, acc_open, delta_pr FROM delta_pr WHERE lang = 'en'").fetchall()}
+    assert got == {"dense": (4, 0.75, 1.0, -0.25), "w": (4, 0.5, 0.25, 0.25)}
+
+
+def test_mc_only_by_hand(db):
+    rows = db.execute("SELECT method, n_items, n_mc_only, mc_only_rate, n_mc_wrong, n_open_wrong, "
+                      "n_mc_only_recovered, n_demoted, n_erased, n_unknown FROM mc_only WHERE lang = 'en' "
+                      "ORDER BY method").fetchall()
+    assert rows[0] == ("dense", 4, 0, 0.0, 0, 0, 0, 0, 0, 0)
+    assert rows[1] == ("w", 4, 2, 0.5, 1, 3, 1, 2, 1, 0)
+    assert db.execute("SELECT demoted_rate, erased_rate FROM mc_only WHERE method = 'w' AND lang = 'en'").fetchone() \
+        == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+
+
+def test_recovery_by_hand(db):
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT decode, n_mc_only, n_items, n_recovered, rate FROM recovery WHERE lang = 'en'").fetchall()}
+    assert got == {"beam_top": (2, 2, 0, 0.0), "beam_any": (2, 2, 1, 0.5), "sample_pass": (2, 2, 1, 0.5),
+                   "sample_majority": (2, 2, 0, 0.0), "oneshot": (2, 2, 0, 0.0), "oracle": (2, 2, 1, 0.5)}
+
+
+def test_gold_rank_by_hand(db):
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT method || '/' || item_group, n_items, median, q25, q75, top1, top5, top10 FROM gold_rank "
+        "WHERE lang = 'en'").fetchall()}
+    # quantile_disc: the smallest rank with at least q of the items at or below it: [3, 40] -> median 3;
+    # [2, 12, 300] -> q25 2, median 12, q75 300
+    assert got["w/mc_only"] == (2, 3, 3, 40, 0.0, 0.5, 0.5)
+    assert got["w/open_correct"] == (1, 1, 1, 1, 1.0, 1.0, 1.0)
+    assert got["dense/open_correct"] == (4, 1, 1, 1, 1.0, 1.0, 1.0)
+    assert got["dense/dense_failed"] == (3, 12, 2, 300, 0.0, pytest.approx(1 / 3), pytest.approx(1 / 3))
+    assert set(got) == {"w/mc_only", "w/open_correct", "dense/open_correct", "dense/dense_failed"}
+
+
+def test_gold_rank_cdf_by_hand(db):
+    got = db.execute("SELECT series, n_items, gold_rank, cdf FROM gold_rank_cdf WHERE lang = 'en' "
+                     "ORDER BY series, gold_rank").fetchall()
+    assert got == [("dense", 2, 1, 1.0), ("pruned", 2, 3, 0.5), ("pruned", 2, 40, 1.0)]
+
+
 def test_selection_by_hand(db):
-    # The pool here is the dense log: 4 items right in open and mc, i4 wrong in candidates.
-    assert db.execute("SELECT n_pool, open_correct, candidates_correct, mc_correct, both_correct, n_selected "
-                      "FROM selection").fetchone() == (4, 4, 3, 4, 4, 4)
+    # pool: i1..i4 right in open and mc (i4 wrong in candidates); i5 right only in mc; i6, i7 wrong in both
+    assert db.execute("SELECT method, n_items, n_pool, open_correct, candidates_correct, mc_correct, both_correct, "
+                      "n_selected FROM selection").fetchone() == ("dense", 4, 7, 4, 3, 5, 4, 4)
 
 
-def test_zero_mc_only_and_one_language(tmp_path):
+def test_every_table_carries_the_identifying_columns(db):
+    ident = {"model", "method", "structure", "sparsity", "dataset", "lang", "n_items"}
+    for table in ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
+                  "selection", "rates"):
+        cols = {r[0] for r in db.execute(f"DESCRIBE {table}").fetchall()}
+        assert ident <= cols, (table, ident - cols)
+        rate_cols = [c for c in cols if c in ("accuracy", "drop", "delta_pr", "mc_only_rate", "rate", "top1", "value")]
+        for c in rate_cols:
+            lo = {"mc_only_rate": "mc_only_ci_low", "top1": "top1_ci_low"}.get(c, "ci_low")
+            assert lo in cols, (table, c)
+
+
+# --- bootstrap intervals --------------------------------------------------------------------------
+
+def test_bootstrap_weights_resample_each_benchmark(db):
+    n_boot = MetricSettings().bootstrap_replicates
+    got = db.execute("SELECT population, count(DISTINCT b), min(s), max(s) FROM (SELECT population, b, sum(w) AS s "
+                     "FROM bootstrap_weights GROUP BY ALL) GROUP BY ALL ORDER BY 1").fetchall()
+    # every replicate draws n items: 7 in the pool, 4 selected
+    assert got == [("pool", n_boot, 7, 7), ("selected", n_boot, 4, 4)]
+
+
+def test_intervals_equal_an_independent_percentile_bootstrap(db):
+    """Recompute the interval of two rates from the stored resamples with numpy."""
+    for metric, items in (("acc_candidates", {"i1": 1.0, "i2": 0.0, "i3": 0.0, "i4": 1.0}),
+                          ("rec_beam_any", {"i1": 1.0, "i2": 0.0})):
+        draws: dict[int, list] = {}
+        for b, item, w in db.execute("SELECT b, item_id, w FROM bootstrap_weights "
+                                     "WHERE population = 'selected'").fetchall():
+            if item in items:
+                draws.setdefault(b, []).append((item, w))
+        reps = [sum(w * items[i] for i, w in d) / sum(w for _, w in d) for d in draws.values()]
+        lo, hi = np.percentile(reps, [2.5, 97.5])  # linear interpolation, as quantile_cont
+        got = db.execute("SELECT ci_low, ci_high, n_boot FROM rates WHERE method = 'w' AND lang = 'en' AND metric = ?",
+                         [metric]).fetchone()
+        assert got == (pytest.approx(lo), pytest.approx(hi), len(reps))
+
+
+def test_intervals_contain_the_rate_and_collapse_on_constant_values(db):
+    bad = db.execute("SELECT metric, value, ci_low, ci_high FROM rates "
+                     "WHERE NOT (ci_low <= value + 1e-12 AND value <= ci_high + 1e-12)").fetchall()
+    assert bad == []
+    # every MC-only item's gold rank is > 1: a constant 0, so the interval is [0, 0]
+    assert db.execute("SELECT ci_low, ci_high FROM rates WHERE metric = 'top1_mc_only'").fetchone() == (0.0, 0.0)
+
+
+def test_intervals_are_seeded(tmp_path):
+    def ci(seed, sub):
+        (tmp_path / sub).mkdir()
+        con = build(tmp_path / sub, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL,
+                    seed=seed, bootstrap_replicates=200)
+        return con.execute("SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w' ORDER BY ALL").fetchall()
+
+    first = ci(1, "a")
+    assert first == ci(1, "b")
+    assert first != ci(2, "c")
+
+
+def test_interval_width_matches_the_binomial_standard_error(tmp_path):
+    """400 items, half right: a 95% interval of about +-1.96*sqrt(0.25/400) = +-0.049."""
+    ids = [f"q{i:03d}" for i in range(400)]
+    rows = [r for k, i in enumerate(ids) for r in (row("dense", i, "open", True), row("dense", i, "mc", True),
+                                                   row("w", i, "open", k % 2 == 0), row("w", i, "mc", True))]
+    con = build(tmp_path, rows, {"en": ids}, bootstrap_replicates=1000)
+    n, value, lo, hi = con.execute("SELECT n_items, value, ci_low, ci_high FROM rates WHERE method = 'w' "
+                                   "AND lang = 'en' AND metric = 'acc_open'").fetchone()
+    assert (n, value) == (400, 0.5)
+    assert 0.043 < value - lo < 0.055 and 0.043 < hi - value < 0.055
+
+
+def test_paired_drop_interval_is_narrower_than_unpaired(tmp_path):
+    """The drop is resampled per item: items right in both checkpoints add no variance."""
+    ids = [f"q{i:03d}" for i in range(200)]
+    # the pruned checkpoint loses exactly 20 of 200 items in open
+    rows = [r for k, i in enumerate(ids) for r in (row("dense", i, "open", True), row("dense", i, "mc", True),
+                                                   row("w", i, "open", k >= 20), row("w", i, "mc", True))]
+    con = build(tmp_path, rows, {"en": ids})
+    drop, lo, hi = con.execute("SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open'").fetchone()
+    acc_lo, acc_hi = con.execute("SELECT ci_low, ci_high FROM accuracy WHERE method = 'w' AND format = 'open' "
+                                 "AND lang = 'en'").fetchone()
+    assert drop == pytest.approx(0.1)
+    assert lo > 0.05 and hi < 0.15
+    # with a dense accuracy of exactly 1, the paired drop interval mirrors the accuracy interval
+    assert (lo, hi) == (pytest.approx(1 - acc_hi), pytest.approx(1 - acc_lo))
+
+
+# --- edge cases -----------------------------------------------------------------------------------
+
+def test_zero_mc_only_items(tmp_path):
     rows = [row("dense", "i1", "open", True), row("dense", "i1", "mc", True),
             row("w", "i1", "open", True), row("w", "i1", "mc", True)]
-    frame(rows).write_parquet(tmp_path / "g.parquet")
-    con = duckdb.connect()
-    create_views(con, [str(tmp_path / "g.parquet")], [selected_file(tmp_path, ["i1"])], [str(tmp_path / "g.parquet")])
-    run_sql_files(con, SQL)
-    assert con.execute("SELECT n_mc_only, mc_only_rate, n_demoted, n_erased FROM mc_only WHERE method = 'w'").fetchone() \
-        == (0, 0.0, 0, 0)
+    con = build(tmp_path, rows, {"en": ["i1"]})
+    assert con.execute("SELECT n_mc_only, mc_only_rate, mc_only_ci_low, mc_only_ci_high, n_demoted, n_erased "
+                       "FROM mc_only WHERE method = 'w' AND lang = 'en'").fetchone() == (0, 0.0, 0.0, 0.0, 0, 0)
+    assert con.execute("SELECT count(*) FROM recovery").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM gold_rank_cdf").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM gold_rank WHERE item_group = 'mc_only'").fetchone() == (0,)
+
+
+def test_one_language_pooled_rows_equal_the_language_rows(db):
+    diff = db.execute("""
+        SELECT a.metric FROM rates a JOIN rates b USING (model, method, structure, sparsity, metric, population)
+        WHERE a.lang = 'en' AND b.lang = 'all'
+          AND NOT (a.n_items = b.n_items AND a.value = b.value AND a.ci_low = b.ci_low AND a.ci_high = b.ci_high)
+    """).fetchall()
+    assert diff == []
+    assert db.execute("SELECT count(*) FROM rates WHERE lang = 'en'").fetchone() == \
+        db.execute("SELECT count(*) FROM rates WHERE lang = 'all'").fetchone()
+
+
+def test_two_languages_pool_by_item(tmp_path):
+    """Pooled rates weight every item once: en 3 items (1 MC-only), de 1 item (MC-only) -> 2/4."""
+    rows = []
+    for lang, ids in (("en", ["a", "b", "c"]), ("de", ["d"])):
+        for i in ids:
+            rows += [row("dense", i, "open", True, lang=lang), row("dense", i, "mc", True, lang=lang),
+                     row("w", i, "open", i not in ("a", "d"), lang=lang), row("w", i, "mc", True, lang=lang)]
+    con = build(tmp_path, rows, {"en": ["a", "b", "c"], "de": ["d"]})
+    got = {r[0]: r[1:] for r in con.execute(
+        "SELECT lang, n_items, n_mc_only, mc_only_rate FROM mc_only WHERE method = 'w'").fetchall()}
+    assert got == {"de": (1, 1, 1.0), "en": (3, 1, pytest.approx(1 / 3)), "all": (4, 2, 0.5)}
+
+
+def test_missing_decode_and_unknown_status(tmp_path):
+    """Beam and sampling switched off: only oneshot and the oracle; an MC-only item with no decode
+    at all is 'unknown', in neither the demoted nor the erased denominator."""
+    rows = [r for i in ("i1", "i2") for r in (row("dense", i, "open", True), row("dense", i, "mc", True))]
+    rows += [row("w", "i1", "open", False, rank=2), row("w", "i1", "mc", True), row("w", "i1", "oneshot", True),
+             row("w", "i2", "open", False, rank=9), row("w", "i2", "mc", True)]
+    con = build(tmp_path, rows, {"en": ["i1", "i2"]})
+    got = {r[0]: r[1:] for r in con.execute(
+        "SELECT decode, n_mc_only, n_items, rate FROM recovery WHERE lang = 'en'").fetchall()}
+    assert got == {"oneshot": (2, 1, 1.0), "oracle": (2, 1, 1.0)}
+    assert con.execute("SELECT status FROM item_outcomes WHERE method = 'w' ORDER BY item_id").fetchall() \
+        == [("demoted",), ("unknown",)]
+    assert con.execute("SELECT n_demoted, n_erased, n_unknown, demoted_rate FROM mc_only "
+                       "WHERE method = 'w' AND lang = 'en'").fetchone() == (1, 0, 1, 1.0)
+
+
+def test_missing_format_has_no_rows(tmp_path):
+    """candidates not evaluated: no candidates accuracy, no Delta_PR, no candidates drop."""
+    rows = [row("dense", "i1", "open", True), row("dense", "i1", "mc", True),
+            row("w", "i1", "open", False), row("w", "i1", "mc", True)]
+    con = build(tmp_path, rows, {"en": ["i1"]})
+    assert con.execute("SELECT count(*) FROM delta_pr").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM accuracy WHERE format = 'candidates'").fetchone() == (0,)
+    assert {r[0] for r in con.execute("SELECT DISTINCT format FROM support_gradient").fetchall()} == {"open", "mc", "mc_norm"}
+
+
+def test_bad_metric_settings_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="bootstrap_replicates"):
+        build(tmp_path, DENSE, {"en": ["i1"]}, bootstrap_replicates=0)

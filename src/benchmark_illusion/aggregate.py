@@ -9,6 +9,7 @@ tables are materialised and need no Parquet file at query time.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -41,21 +42,48 @@ def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selecte
     )
 
 
-def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str]) -> None:
-    """Run each metric file in name order; each defines its tables with CREATE OR REPLACE."""
+@dataclass(frozen=True)
+class MetricSettings:
+    """Bootstrap settings of the metric tables (config `metrics`, seeded by the config seed)."""
+
+    seed: int = 0
+    bootstrap_replicates: int = 1000
+    ci_level: float = 0.95
+
+    @classmethod
+    def from_config(cls, config: dict) -> "MetricSettings":
+        m = config.get("metrics") or {}
+        return cls(seed=int(config.get("seed", 0)),
+                   bootstrap_replicates=int(m.get("bootstrap_replicates", cls.bootstrap_replicates)),
+                   ci_level=float(m.get("ci_level", cls.ci_level)))
+
+
+def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str],
+                  settings: MetricSettings | None = None) -> None:
+    """Run each metric file in name order; each defines its tables with CREATE OR REPLACE.
+
+    The files read their parameters with getvariable(): bootstrap_seed, bootstrap_replicates,
+    ci_level.
+    """
+    s = settings or MetricSettings()
+    if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
+        raise ValueError(f"metrics: bootstrap_replicates must be >= 1 and ci_level in (0, 1), got {s}")
+    con.execute(f"SET VARIABLE bootstrap_seed = {int(s.seed)}")
+    con.execute(f"SET VARIABLE bootstrap_replicates = {int(s.bootstrap_replicates)}")
+    con.execute(f"SET VARIABLE ci_level = {float(s.ci_level)!r}")
     for f in sorted(sql_files, key=lambda p: Path(p).name):
         log.info("running %s", f)
         con.execute(Path(f).read_text())
 
 
 def build_database(db_path: str | Path, generations: list[str], selected: list[str], pool: list[str],
-                   sql_files: list[str]) -> None:
+                   sql_files: list[str], settings: MetricSettings | None = None) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
             create_views(con, generations, selected, pool)
-            run_sql_files(con, sql_files)
+            run_sql_files(con, sql_files, settings)
             for (name,) in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall():
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
                 log.info("%s: %d rows", name, n)

@@ -67,6 +67,8 @@ def _error_lines(err) -> list[str]:
                if "then" in err.schema_path and isinstance(instance.get("source"), str) else "")
         return [f"{key_path(path + [k])}: required key is missing{why}"
                 for k in err.validator_value if k not in instance]
+    if err.validator == "not" and err.validator_value == {"const": "all"}:
+        return [f"{key_path(path)}: the name 'all' is reserved (it labels the pooled rows of the metric tables)"]
     return [f"{key_path(path)}: {err.message}"]
 
 

@@ -6,7 +6,43 @@ rule aggregate:
         sql=sql_files(),
     output:
         "results/illusion.duckdb",
+    params:
+        metrics=get_metric_settings(),
     log:
         "logs/aggregate.log",
     script:
         "../scripts/aggregate.py"
+
+
+rule figures:
+    input:
+        "results/illusion.duckdb",
+    output:
+        report(
+            "results/figures/accuracy_vs_sparsity.png",
+            caption="../report/accuracy_vs_sparsity.rst",
+            category="Figures",
+            labels={"figure": "1 accuracy vs sparsity"},
+        ),
+        report(
+            "results/figures/mc_only_by_language.png",
+            caption="../report/mc_only_by_language.rst",
+            category="Figures",
+            labels={"figure": "2 MC-only rate by language"},
+        ),
+        report(
+            "results/figures/gold_rank_cdf.png",
+            caption="../report/gold_rank_cdf.rst",
+            category="Figures",
+            labels={"figure": "3 gold-rank CDF"},
+        ),
+        report(
+            "results/figures/recovery_by_decode.png",
+            caption="../report/recovery_by_decode.rst",
+            category="Figures",
+            labels={"figure": "4 recovery by decode"},
+        ),
+    log:
+        "logs/figures.log",
+    script:
+        "../scripts/figures.py"

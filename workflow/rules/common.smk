@@ -189,6 +189,22 @@ def pool_files():
     ]
 
 
+def get_metric_settings():
+    """Bootstrap settings of the metric tables (a change re-runs only the aggregation)."""
+    m = config.get("metrics", {})
+    return {
+        "seed": config["seed"],
+        "bootstrap_replicates": m["bootstrap_replicates"],
+        "ci_level": m["ci_level"],
+    }
+
+
 def get_final_output():
-    """Targets of `rule all`."""
-    return ["results/illusion.duckdb"]
+    """Targets of `rule all`: the database and the figures (the report is built from them)."""
+    return [
+        "results/illusion.duckdb",
+        "results/figures/accuracy_vs_sparsity.png",
+        "results/figures/mc_only_by_language.png",
+        "results/figures/gold_rank_cdf.png",
+        "results/figures/recovery_by_decode.png",
+    ]

@@ -7,4 +7,5 @@ aggregate.build_database(
     selected=list(snakemake.input.selected),
     pool=list(snakemake.input.pool),
     sql_files=list(snakemake.input.sql),
+    settings=aggregate.MetricSettings(**snakemake.params.metrics),
 )

@@ -1,5 +1,6 @@
--- item_outcomes: one row per checkpoint x item. Correctness per format, the gold rank and the
--- open answer next to the dense model's, and what the recovery decodes made of a missed answer.
+-- item_outcomes: one row per checkpoint x item (per-item table: no n_items, no interval).
+-- Correctness per format, the gold rank and the open answer next to the dense model's, and what
+-- the recovery decodes made of a missed answer. Definitions: docs/metrics.md.
 -- "Which items did pruning turn from correct to MC-only": WHERE mc_only AND method <> 'dense'
 -- (every selected item is right in the dense model's open and mc answers).
 --
@@ -10,14 +11,19 @@
 --                   sampled answer is correct (ties: the alphabetically first answer)
 --   oneshot         greedy after one worked example is correct
 --   recovered       any recovery decode is correct (the oracle)
--- status: 'correct' (open right); 'demoted' (MC-only and recovered); 'erased' (open wrong, and
--- wrong in mc too or never recovered).
+-- status of the open answer:
+--   'correct'  greedy open is right
+--   'demoted'  open wrong, and a recovery decode produces the answer (recovered)
+--   'erased'   open wrong and not recovered: the decodes ran and all failed, or mc is wrong too
+--              (neither produced nor recognised; with the default scope such items are not decoded)
+--   'unknown'  open wrong, mc right, and no recovery decode ran (all decodes switched off)
 CREATE OR REPLACE TABLE item_outcomes AS
 WITH greedy AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
            bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy') AS open_correct,
            bool_or(correct) FILTER (WHERE format = 'candidates')                 AS candidates_correct,
            bool_or(correct) FILTER (WHERE format = 'mc')                         AS mc_correct,
+           bool_or(correct_norm) FILTER (WHERE format = 'mc')                    AS mc_norm_correct,
            any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_rank,
            any_value(output) FILTER (WHERE format = 'open' AND decode = 'greedy')    AS open_output,
            bool_or(correct) FILTER (WHERE decode = 'beam' AND sample = 0)        AS beam_top,
@@ -52,27 +58,16 @@ joined AS (
 SELECT p.*,
        p.mc_correct AND NOT p.open_correct AS mc_only,
        CASE WHEN p.open_correct THEN 'correct'
-            WHEN p.mc_correct AND coalesce(p.recovered, false) THEN 'demoted'
+            WHEN p.recovered THEN 'demoted'
+            WHEN p.recovered IS NULL AND p.mc_correct THEN 'unknown'
             ELSE 'erased' END AS status,
-       d.gold_rank   AS dense_gold_rank,
-       d.open_output AS dense_open_output
+       d.gold_rank          AS dense_gold_rank,
+       d.open_output        AS dense_open_output,
+       d.open_correct       AS dense_open_correct,
+       d.candidates_correct AS dense_candidates_correct,
+       d.mc_correct         AS dense_mc_correct,
+       d.mc_norm_correct    AS dense_mc_norm_correct
 FROM joined p
 LEFT JOIN joined d
   ON d.method = 'dense' AND d.model = p.model AND d.dataset = p.dataset AND d.lang = p.lang AND d.item_id = p.item_id
 ORDER BY p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.item_id;
-
--- mc_only: per checkpoint x benchmark, how many selected items are MC-only (recognised, not
--- produced), and how many wrong open answers are demoted (recoverable) or erased.
-CREATE OR REPLACE TABLE mc_only AS
-SELECT model, method, structure, sparsity, dataset, lang,
-       count(*)                                          AS n_items,
-       count(*) FILTER (WHERE mc_only)                   AS n_mc_only,
-       avg(mc_only::DOUBLE)                              AS mc_only_rate,
-       count(*) FILTER (WHERE NOT mc_correct)            AS n_mc_wrong,
-       count(*) FILTER (WHERE NOT open_correct)          AS n_open_wrong,
-       count(*) FILTER (WHERE mc_only AND recovered)     AS n_mc_only_recovered,
-       count(*) FILTER (WHERE status = 'demoted')        AS n_demoted,
-       count(*) FILTER (WHERE status = 'erased')         AS n_erased
-FROM item_outcomes
-GROUP BY ALL
-ORDER BY model, method, structure, sparsity, dataset, lang;

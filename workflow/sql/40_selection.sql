@@ -1,6 +1,7 @@
 -- selection: how many pool items the dense model answered correctly per format, and how many
 -- were kept (correct in both open and mc, capped per language). One row per model x dataset x
--- language, also when no item was kept.
+-- language, also when no item was kept; n_items = n_selected. Rates over the pool
+-- (open_rate, mc_rate, ...) carry no interval: the pool is the population, not a sample of it.
 CREATE OR REPLACE TABLE selection AS
 WITH per_item AS (
     SELECT model, dataset, lang, item_id,
@@ -14,13 +15,17 @@ WITH per_item AS (
 kept AS (
     SELECT model, dataset, lang, count(*) AS n_selected FROM selected_items GROUP BY ALL
 )
-SELECT p.model, p.dataset, p.lang,
+SELECT p.model, 'dense' AS method, 'none' AS structure, 0.0::DOUBLE AS sparsity, p.dataset, p.lang,
+       coalesce(any_value(k.n_selected), 0)            AS n_items,
        count(*)                                        AS n_pool,
        count(*) FILTER (WHERE open_ok)                 AS open_correct,
        count(*) FILTER (WHERE candidates_ok)           AS candidates_correct,
        count(*) FILTER (WHERE mc_ok)                   AS mc_correct,
        count(*) FILTER (WHERE open_ok AND mc_ok)       AS both_correct,
-       coalesce(any_value(k.n_selected), 0)            AS n_selected
+       coalesce(any_value(k.n_selected), 0)            AS n_selected,
+       avg(open_ok::DOUBLE)                            AS open_rate,
+       avg(candidates_ok::DOUBLE)                      AS candidates_rate,
+       avg(mc_ok::DOUBLE)                              AS mc_rate
 FROM per_item p
 LEFT JOIN kept k USING (model, dataset, lang)
 GROUP BY ALL

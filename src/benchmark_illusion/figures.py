@@ -1,0 +1,252 @@
+"""Figures of the metric tables in results/illusion.duckdb (PNG, one file per figure).
+
+Every figure has one row of panels per model and uses the pooled rows of the tables
+(dataset = 'all', lang = 'all') unless it is about languages. Error bars are the tables' 95%
+bootstrap intervals. The captions shown in the Snakemake report live in workflow/report/.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import polars as pl  # noqa: E402
+
+from .aggregate import connect  # noqa: E402
+from .io import atomic_path  # noqa: E402
+
+log = logging.getLogger("benchmark_illusion")
+
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode")
+FORMATS = {"open": "open (generate)", "candidates": "candidates (options shown, generate)",
+           "mc": "mc (log-likelihood)"}
+DECODES = {"beam_top": "beam, top beam", "beam_any": "beam, any beam", "sample_pass": "sampling, pass@k",
+           "sample_majority": "sampling, majority vote", "oneshot": "one-shot greedy",
+           "oracle": "any decode (oracle)"}
+METHOD_COLORS = {"magnitude": "tab:blue", "wanda": "tab:orange", "sparsegpt": "tab:green"}
+
+
+def _color(method: str, i: int = 0) -> str:
+    return METHOD_COLORS.get(method, f"C{3 + i}")
+
+
+def _save(fig, path: Path) -> None:
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, ".png") as tmp:
+        fig.savefig(tmp, dpi=130, bbox_inches="tight", format="png")
+    plt.close(fig)
+    log.info("wrote %s", path)
+
+
+def _grid(n_rows: int, n_cols: int, width: float = 4.2, height: float = 3.4):
+    fig, axes = plt.subplots(max(n_rows, 1), max(n_cols, 1), figsize=(width * max(n_cols, 1), height * max(n_rows, 1)),
+                             squeeze=False)
+    return fig, axes
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> None:
+    df = df.sort(x)
+    yerr = [(df[y] - df[lo]).clip(lower_bound=0).to_list(), (df[hi] - df[y]).clip(lower_bound=0).to_list()]
+    ax.errorbar(df[x].to_list(), df[y].to_list(), yerr=yerr, capsize=3, **kw)
+
+
+def _methods(df: pl.DataFrame) -> list[str]:
+    return sorted(m for m in df["method"].unique().to_list() if m != "dense")
+
+
+def _label_unstructured(structure: str) -> str:
+    return "" if structure == "unstructured" else f" {structure}"
+
+
+def accuracy_vs_sparsity(con, path: Path) -> None:
+    """Accuracy on the selected items per format, against sparsity, one line per method."""
+    df = con.sql("SELECT * FROM accuracy WHERE dataset = 'all' AND format IN ('open', 'candidates', 'mc')").pl()
+    models = sorted(df["model"].unique().to_list())
+    fig, axes = _grid(len(models), len(FORMATS))
+    for r, model in enumerate(models):
+        d = df.filter(pl.col("model") == model)
+        dense = d.filter(pl.col("method") == "dense")
+        n = int(dense["n_items"].max() or 0) if dense.height else int(d["n_items"].max() or 0)
+        for c, (fmt, title) in enumerate(FORMATS.items()):
+            ax = axes[r][c]
+            f = d.filter(pl.col("format") == fmt)
+            if f.height == 0:
+                _empty(ax, f"format {fmt} not evaluated")
+                continue
+            base = f.filter(pl.col("method") == "dense")
+            for i, method in enumerate(_methods(f)):
+                for structure in sorted(f.filter(pl.col("method") == method)["structure"].unique().to_list()):
+                    m = f.filter((pl.col("method") == method) & (pl.col("structure") == structure))
+                    if structure == "unstructured":
+                        _errorbar(ax, pl.concat([base, m]), "sparsity", "accuracy", "ci_low", "ci_high",
+                                  marker="o", color=_color(method, i), label=method)
+                    else:
+                        _errorbar(ax, m, "sparsity", "accuracy", "ci_low", "ci_high", marker="s", linestyle="none",
+                                  markerfacecolor="none", color=_color(method, i), label=f"{method} {structure}")
+            if base.height and not _methods(f):
+                _errorbar(ax, base, "sparsity", "accuracy", "ci_low", "ci_high", marker="o", color="k", label="dense")
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_xlabel("sparsity (fraction of weights zeroed)")
+            ax.set_ylabel("accuracy on selected items")
+            ax.set_title(f"{model}: {title}", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
+    fig.suptitle("Accuracy vs sparsity by format (all languages pooled; 95% bootstrap intervals)", fontsize=12, y=1.02)
+    _save(fig, path)
+
+
+def mc_only_by_language(con, path: Path) -> None:
+    """MC-only rate per benchmark (dataset/language) against sparsity, one panel per method."""
+    df = con.sql("SELECT * FROM mc_only").pl()
+    models = sorted(df["model"].unique().to_list())
+    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
+    fig, axes = _grid(len(models), n_cols)
+    for r, model in enumerate(models):
+        d = df.filter(pl.col("model") == model)
+        methods = _methods(d)
+        if not methods:
+            _empty(axes[r][0], f"{model}: no pruned checkpoint")
+        dense = d.filter(pl.col("method") == "dense")
+        for c, method in enumerate(methods):
+            ax = axes[r][c]
+            m = pl.concat([dense, d.filter((pl.col("method") == method) & (pl.col("structure") == "unstructured"))])
+            benchmarks = m.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
+            for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
+                b = m.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang)).sort("sparsity")
+                n = int(b["n_items"].max())
+                ax.plot(b["sparsity"].to_list(), b["mc_only_rate"].to_list(), marker="o", alpha=0.8,
+                        color=f"C{i % 10}", label=f"{dataset}/{lang} (n={n})")
+            pooled = m.filter(pl.col("lang") == "all")
+            _errorbar(ax, pooled, "sparsity", "mc_only_rate", "mc_only_ci_low", "mc_only_ci_high", color="k",
+                      linewidth=2.2, marker="D", label=f"all pooled (n={int(pooled['n_items'].max())})")
+            for j, row in enumerate(d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
+                                             & (pl.col("lang") == "all")).iter_rows(named=True)):
+                ax.errorbar([row["sparsity"]], [row["mc_only_rate"]],
+                            yerr=[[row["mc_only_rate"] - row["mc_only_ci_low"]], [row["mc_only_ci_high"] - row["mc_only_rate"]]],
+                            marker="s", markerfacecolor="none", color="k", capsize=3,
+                            label=f"all pooled, {row['structure']}")
+            ax.set_ylim(-0.03, 1.03)
+            ax.set_xlabel("sparsity (fraction of weights zeroed)")
+            ax.set_ylabel("MC-only rate (mc right, open wrong)")
+            ax.set_title(f"{model}: {method}", fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        for c in range(max(len(methods), 1), n_cols):
+            axes[r][c].set_visible(False)
+    fig.suptitle("MC-only rate by language and sparsity (share of selected items recognised but not produced)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def gold_rank_cdf(con, path: Path) -> None:
+    """CDF of the gold first-token rank of MC-only items, pruned vs dense on the same items."""
+    df = con.sql("SELECT * FROM gold_rank_cdf WHERE dataset = 'all'").pl()
+    models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
+    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
+    fig, axes = _grid(len(models), n_cols)
+    for r, model in enumerate(models):
+        d = df.filter(pl.col("model") == model)
+        methods = _methods(d)
+        if not methods:
+            _empty(axes[r][0], f"{model}: no MC-only items at any sparsity")
+        for c, method in enumerate(methods):
+            ax = axes[r][c]
+            ckpts = d.filter(pl.col("method") == method).select("structure", "sparsity").unique().sort("structure", "sparsity")
+            cmap = plt.get_cmap("viridis")
+            for i, (structure, sparsity) in enumerate(ckpts.iter_rows()):
+                color = cmap(i / max(len(ckpts) - 1, 1) * 0.85)
+                for series, style in (("pruned", "-"), ("dense", ":")):
+                    s = d.filter((pl.col("method") == method) & (pl.col("structure") == structure)
+                                 & (pl.col("sparsity") == sparsity) & (pl.col("series") == series)).sort("gold_rank")
+                    if s.height == 0:
+                        continue
+                    x = [1] + s["gold_rank"].to_list()
+                    y = [0.0] + s["cdf"].to_list()
+                    if x[1] == 1:
+                        x, y = x[1:], y[1:]
+                    label = (f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
+                             if series == "pruned" else f"{sparsity:g}{_label_unstructured(structure)} dense, same items")
+                    ax.step(x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6)
+            ax.set_xscale("log")
+            ax.set_ylim(0, 1.02)
+            ax.set_xlabel("gold first-token rank (1 = most likely; log scale)")
+            ax.set_ylabel("share of MC-only items with rank <= x")
+            ax.set_title(f"{model}: {method}", fontsize=10)
+            ax.grid(alpha=0.3, which="both")
+            ax.legend(fontsize=7)
+        for c in range(max(len(methods), 1), n_cols):
+            axes[r][c].set_visible(False)
+    fig.suptitle("Gold first-token rank of MC-only items: pruned checkpoint (solid) vs dense model (dotted)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def recovery_by_decode(con, path: Path) -> None:
+    """Share of MC-only items each recovery decode recovers, against sparsity."""
+    df = con.sql("SELECT * FROM recovery WHERE dataset = 'all'").pl()
+    models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
+    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
+    fig, axes = _grid(len(models), n_cols)
+    for r, model in enumerate(models):
+        d = df.filter(pl.col("model") == model)
+        methods = _methods(d)
+        if not methods:
+            _empty(axes[r][0], f"{model}: no MC-only items, or recovery decodes off")
+        for c, method in enumerate(methods):
+            ax = axes[r][c]
+            m = d.filter(pl.col("method") == method)
+            decodes = [k for k in DECODES if k in set(m["decode"].to_list())]
+            offsets = {k: (i - (len(decodes) - 1) / 2) * 0.006 for i, k in enumerate(decodes)}
+            for i, decode in enumerate(decodes):
+                s = m.filter((pl.col("decode") == decode) & (pl.col("structure") == "unstructured"))
+                s = s.with_columns(pl.col("sparsity") + offsets[decode])
+                style = dict(color="k", linewidth=2.2, marker="D") if decode == "oracle" else dict(color=f"C{i}", marker="o")
+                if s.height:
+                    _errorbar(ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style)
+            counts = m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
+            for row in counts.iter_rows(named=True):
+                ax.annotate(f"n={row['n_mc_only']}", (row["sparsity"], 1.0), textcoords="offset points", xytext=(0, 4),
+                            ha="center", fontsize=7, color="0.3")
+            ax.set_ylim(-0.03, 1.1)
+            ax.set_xlabel("sparsity (fraction of weights zeroed)")
+            ax.set_ylabel("share of MC-only items recovered")
+            ax.set_title(f"{model}: {method}", fontsize=10)
+            ax.grid(alpha=0.3)
+        for c in range(max(len(methods), 1), n_cols):
+            axes[r][c].set_visible(False)
+    handles = {}
+    for ax in axes.flat:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(len(handles), 6), fontsize=9, title="decode (error bars: 95% bootstrap intervals)")
+    fig.suptitle("Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def make_figures(db_path: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write every figure into out_dir as {name}.png; return their paths."""
+    con = connect(db_path)
+    out = []
+    try:
+        for name in FIGURES:
+            path = Path(out_dir) / f"{name}.png"
+            globals()[name](con, path)
+            out.append(path)
+    finally:
+        con.close()
+    return out

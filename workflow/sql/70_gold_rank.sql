@@ -1,0 +1,78 @@
+-- gold_rank: the rank (1 = top) of the gold answer's first token at the answer position of the
+-- open prompt, per checkpoint x benchmark (and pooled) x item group:
+--   mc_only       selected items this checkpoint gets right in mc and wrong in open
+--   open_correct  selected items this checkpoint gets right in open
+--   dense_failed  the dense model's pool items it got wrong in open (method = 'dense' rows only):
+--                 what the rank of an answer the model never produced looks like
+-- median, q25, q75 of the rank; top1/top5/top10 = share of items whose gold rank is <= 1/5/10,
+-- with 95% bootstrap intervals from `rates`.
+CREATE OR REPLACE TABLE gold_rank AS
+WITH grouped AS (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, 'mc_only' AS item_group
+    FROM item_outcomes WHERE mc_only
+    UNION ALL
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, 'open_correct'
+    FROM item_outcomes WHERE open_correct
+    UNION ALL
+    SELECT model, method, structure, sparsity, dataset, lang, item_id,
+           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'), 'dense_failed'
+    FROM pool
+    GROUP BY ALL
+    HAVING NOT bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')
+),
+summary AS (
+    SELECT model, method, structure, sparsity,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, item_group,
+           count(*) AS n_items,
+           quantile_disc(gold_rank, 0.5)  AS median,
+           quantile_disc(gold_rank, 0.25) AS q25,
+           quantile_disc(gold_rank, 0.75) AS q75
+    FROM grouped
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, item_group),
+                            (model, method, structure, sparsity, item_group))
+)
+SELECT s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang, s.item_group, s.n_items,
+       s.median, s.q25, s.q75,
+       t1.value AS top1, t1.ci_low AS top1_ci_low, t1.ci_high AS top1_ci_high,
+       t5.value AS top5, t5.ci_low AS top5_ci_low, t5.ci_high AS top5_ci_high,
+       t10.value AS top10, t10.ci_low AS top10_ci_low, t10.ci_high AS top10_ci_high
+FROM summary s
+LEFT JOIN rates t1 ON t1.metric = 'top1_' || s.item_group
+ AND (t1.model, t1.method, t1.structure, t1.sparsity, t1.dataset, t1.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+LEFT JOIN rates t5 ON t5.metric = 'top5_' || s.item_group
+ AND (t5.model, t5.method, t5.structure, t5.sparsity, t5.dataset, t5.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+LEFT JOIN rates t10 ON t10.metric = 'top10_' || s.item_group
+ AND (t10.model, t10.method, t10.structure, t10.sparsity, t10.dataset, t10.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+ORDER BY s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang,
+         array_position(['mc_only', 'open_correct', 'dense_failed'], s.item_group);
+
+-- gold_rank_cdf: for the items each pruned checkpoint makes MC-only, the empirical CDF of the
+-- gold first-token rank under the pruned checkpoint (series 'pruned') and under the dense model
+-- on the same items (series 'dense'), per benchmark and pooled. cdf = share of the n_items
+-- items whose rank is <= gold_rank; one row per distinct rank.
+CREATE OR REPLACE TABLE gold_rank_cdf AS
+WITH ranks AS (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, 'pruned' AS series, gold_rank
+    FROM item_outcomes WHERE mc_only AND method <> 'dense'
+    UNION ALL
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, 'dense', dense_gold_rank
+    FROM item_outcomes WHERE mc_only AND method <> 'dense'
+),
+counted AS (
+    SELECT model, method, structure, sparsity,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, series, gold_rank,
+           count(*) AS n
+    FROM ranks
+    WHERE gold_rank IS NOT NULL
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, series, gold_rank),
+                            (model, method, structure, sparsity, series, gold_rank))
+)
+SELECT model, method, structure, sparsity, dataset, lang, series,
+       sum(n) OVER w_all AS n_items,
+       gold_rank,
+       sum(n) OVER w_cum / sum(n) OVER w_all AS cdf
+FROM counted
+WINDOW w_all AS (PARTITION BY model, method, structure, sparsity, dataset, lang, series),
+       w_cum AS (PARTITION BY model, method, structure, sparsity, dataset, lang, series ORDER BY gold_rank
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+ORDER BY model, method, structure, sparsity, dataset, lang, series, gold_rank;
