@@ -25,12 +25,16 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --profile profiles/local
+	$(BIN)/snakemake --cores 1 --configfile $(CONFIG) --report results/report.html
 	@echo
 	@echo "Results:"
-	@echo "  database     results/illusion.duckdb   (python -m benchmark_illusion sql \"SELECT * FROM accuracy\")"
+	@echo "  report       results/report.html       (figures with captions; PNGs in results/figures/)"
+	@echo "  database     results/illusion.duckdb   (.venv/bin/python -m benchmark_illusion sql \"SELECT * FROM mc_only\")"
+	@echo "  definitions  docs/metrics.md"
 	@echo "  logs         results/generations/<model>/<method>/<structure>/<sparsity>/<dataset>/<lang>.parquet"
 	@echo "  rule logs    logs/"
 	@echo
+	@echo "Summary (all languages pooled; per language: .venv/bin/python -m benchmark_illusion summary --by-lang)"
 	@$(BIN)/python -m benchmark_illusion summary
 
 dry-run: $(STAMP)

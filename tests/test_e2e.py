@@ -4,6 +4,8 @@ checkpoint -> DuckDB, then SQL on the result."""
 
 from __future__ import annotations
 
+import csv
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -141,7 +143,8 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
 def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
-    rows = con.execute("SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate FROM mc_only").fetchall()
+    rows = con.execute("SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate FROM mc_only "
+                       "WHERE lang <> 'all'").fetchall()
     seen = {(m, f"{s:g}") for m, s, *_ in rows}
     assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")}
     for method, s, lang, n, n_mc_only, rate in rows:
@@ -161,11 +164,80 @@ def test_cli_prints_a_query_result(smoke_run):
     work, _ = smoke_run
     res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
                           "sql", "--csv", "SELECT lang, format, accuracy FROM accuracy "
-                          "WHERE format IN ('open', 'candidates', 'mc') ORDER BY 1, 2"],
+                          "WHERE format IN ('open', 'candidates', 'mc') AND lang <> 'all' ORDER BY 1, 2"],
                          capture_output=True, text=True, cwd="/")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
     assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
+
+
+METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
+                 "selection", "item_outcomes", "rates", "item_values", "bootstrap_units", "bootstrap_weights")
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode")
+
+
+def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
+    work, _ = smoke_run
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    for table in METRIC_TABLES:
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+    # every rate has an interval around it, and pooled rows exist for every checkpoint
+    assert con.execute("SELECT count(*) FROM rates WHERE ci_low IS NULL OR NOT (ci_low <= value + 1e-9 "
+                       "AND value <= ci_high + 1e-9)").fetchone() == (0,)
+    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'").fetchone() \
+        == (1 + len(CHECKPOINTS),)
+    # the support gradient covers every pruned checkpoint x language x format
+    assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() \
+        == (len(CHECKPOINTS) * 2 * 4,)
+    # the recovery table reports every decode of the smoke config plus the oracle
+    decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
+    assert decodes == {"beam_top", "beam_any", "sample_pass", "sample_majority", "oneshot", "oracle"}
+
+
+def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
+    work, cfg = smoke_run
+    for name in FIGURES:
+        data = (work / f"results/figures/{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, name
+    res = snakemake(work, cfg, "--report", "results/report.html")
+    assert res.returncode == 0, res.stderr[-3000:]
+    html = (work / "results/report.html").read_text()
+    for caption in ("Accuracy vs sparsity by format", "MC-only rate by language and sparsity",
+                    "Gold first-token rank of MC-only items", "Recovery of MC-only items by decode"):
+        assert caption in html, caption
+
+
+def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
+    work, _ = smoke_run
+    res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
+                          "summary", "--csv"], capture_output=True, text=True, cwd="/")
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(res.stdout)))
+    assert len(rows) == 1 + len(CHECKPOINTS)
+    assert {"open", "candidates", "mc", "delta_pr", "mc_only_rate_ci", "recovered", "demoted", "erased"} <= set(rows[0])
+
+
+def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
+    work, cfg = smoke_run
+    changed = yaml.safe_load(cfg.read_text())
+    changed["metrics"] = {"bootstrap_replicates": 500}
+    path = work / "metrics-changed.yaml"
+    path.write_text(yaml.safe_dump(changed))
+    res = snakemake(work, path, "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert planned_jobs(res.stdout + res.stderr) == {"aggregate": 1, "figures": 1, "all": 1}
+
+
+def planned_jobs(out: str) -> dict[str, int]:
+    """The dry run's job table ('job  count' lines after 'Job stats:')."""
+    lines = out.split("Job stats:", 1)[1].splitlines()
+    jobs = {}
+    for line in lines[3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

@@ -3,7 +3,8 @@
   python -m benchmark_illusion sql "SELECT * FROM accuracy"      # any SQL, printed as a table
   python -m benchmark_illusion sql --csv "SELECT ..." > out.csv
   python -m benchmark_illusion tables                            # what the database holds
-  python -m benchmark_illusion summary                           # accuracy per format, compact
+  python -m benchmark_illusion summary                           # one line per checkpoint, languages pooled
+  python -m benchmark_illusion summary --by-lang                 # one line per checkpoint and language
 """
 
 from __future__ import annotations
@@ -16,14 +17,29 @@ from pathlib import Path
 DEFAULT_DB = "results/illusion.duckdb"
 
 SUMMARY_SQL = """
-SELECT model, method, structure, sparsity, dataset, lang,
-       max(n_items) AS n_items,
-       round(max(accuracy) FILTER (WHERE format = 'open'), 3)       AS open,
-       round(max(accuracy) FILTER (WHERE format = 'candidates'), 3) AS candidates,
-       round(max(accuracy) FILTER (WHERE format = 'mc'), 3)         AS mc
-FROM accuracy
-GROUP BY ALL
-ORDER BY model, method, structure, sparsity, dataset, lang
+WITH acc AS (
+    SELECT model, method, structure, sparsity, dataset, lang,
+           max(accuracy) FILTER (WHERE format = 'open')       AS open,
+           max(accuracy) FILTER (WHERE format = 'candidates') AS candidates,
+           max(accuracy) FILTER (WHERE format = 'mc')         AS mc
+    FROM accuracy GROUP BY ALL
+),
+oracle AS (
+    SELECT model, method, structure, sparsity, dataset, lang, rate AS recovered
+    FROM recovery WHERE decode = 'oracle'
+)
+SELECT m.model, m.method, m.structure, m.sparsity, {lang_cols}m.n_items,
+       round(a.open, 3) AS open, round(a.candidates, 3) AS candidates, round(a.mc, 3) AS mc,
+       round(d.delta_pr, 3) AS delta_pr,
+       printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
+       round(o.recovered, 2) AS recovered,
+       m.n_demoted AS demoted, m.n_erased AS erased
+FROM mc_only m
+JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
+LEFT JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)
+LEFT JOIN oracle o USING (model, method, structure, sparsity, dataset, lang)
+WHERE {where}
+ORDER BY m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang
 """
 
 
@@ -57,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     q.add_argument("--max-rows", type=int, default=200)
     sub.add_parser("tables", help="list tables and views with their row counts")
-    s = sub.add_parser("summary", help="accuracy per format for every checkpoint and language")
+    s = sub.add_parser("summary", help="accuracy per format, Delta_PR, MC-only rate, demoted/erased per checkpoint")
+    s.add_argument("--by-lang", action="store_true", help="one line per language instead of pooled")
     s.add_argument("--csv", action="store_true")
     args = parser.parse_args(argv)
 
@@ -74,10 +91,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "tables":
             rows = con.execute("SELECT table_name, table_type FROM information_schema.tables ORDER BY 1").fetchall()
             for name, kind in rows:
-                n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
-                print(f"{name:32s} {kind.lower():12s} {n:>10d} rows")
+                try:
+                    count = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
+                    n = f"{count:>10d} rows"
+                except duckdb.Error as e:  # a view whose Parquet files moved or were deleted
+                    n = f"unreadable: {str(e).splitlines()[0][:80]}"
+                print(f"{name:32s} {kind.lower():12s} {n}")
         else:
-            _print(con.sql(SUMMARY_SQL), args.csv, 10_000)
+            where = "m.lang <> 'all'" if args.by_lang else "m.lang = 'all'"
+            lang_cols = "m.dataset, m.lang, " if args.by_lang else ""
+            _print(con.sql(SUMMARY_SQL.format(where=where, lang_cols=lang_cols)), args.csv, 10_000)
     except duckdb.Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

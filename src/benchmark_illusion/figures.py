@@ -131,7 +131,7 @@ def mc_only_by_language(con, path: Path) -> None:
             pooled = m.filter(pl.col("lang") == "all")
             _errorbar(ax, pooled, "sparsity", "mc_only_rate", "mc_only_ci_low", "mc_only_ci_high", color="k",
                       linewidth=2.2, marker="D", label=f"all pooled (n={int(pooled['n_items'].max())})")
-            for j, row in enumerate(d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
+            for row in (d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
                                              & (pl.col("lang") == "all")).iter_rows(named=True)):
                 ax.errorbar([row["sparsity"]], [row["mc_only_rate"]],
                             yerr=[[row["mc_only_rate"] - row["mc_only_ci_low"]], [row["mc_only_ci_high"] - row["mc_only_rate"]]],

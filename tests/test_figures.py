@@ -1,0 +1,77 @@
+"""Figures from hand-built metric tables: every figure is written, also for grids the smoke run
+does not cover (N:M checkpoints, two models, dense only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from benchmark_illusion.aggregate import MetricSettings, create_views, run_sql_files
+from benchmark_illusion.figures import FIGURES, make_figures
+from benchmark_illusion.schema import LOG_SCHEMA
+
+ROOT = Path(__file__).resolve().parents[1]
+SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
+
+
+def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, rank):
+    base = dict(model=model, method=method, structure=structure, sparsity=sparsity, dataset="d", lang=lang,
+                item_id=item, sample=0, seed=0)
+    out = [dict(base, format="open", decode="greedy", correct=open_ok, gold_rank=rank),
+           dict(base, format="mc", decode="loglik", correct=mc_ok, correct_norm=mc_ok),
+           dict(base, format="candidates", decode="greedy", correct=open_ok)]
+    if mc_ok and not open_ok:  # recovery decodes on MC-only items
+        out += [dict(base, format="open", decode="beam", sample=k, correct=k == 1) for k in range(2)]
+        out.append(dict(base, format="oneshot", decode="greedy", correct=rank < 5))
+    return out
+
+
+def database(tmp_path: Path, checkpoints, models=("m",)) -> Path:
+    rows, selected = [], {}
+    for model in models:
+        for lang in ("en", "es"):
+            ids = [f"{lang}{i}" for i in range(6)]
+            selected[(model, lang)] = ids
+            for i, item in enumerate(ids):
+                rows += rows_for(model, "dense", "none", 0.0, lang, item, True, True, 1)
+                for method, structure, sparsity in checkpoints:
+                    lost = i < round(sparsity * 8)
+                    rows += rows_for(model, method, structure, sparsity, lang, item, not lost, True, 1 + 3 * i if lost else 1)
+    pl.DataFrame(rows, schema=LOG_SCHEMA).write_parquet(tmp_path / "g.parquet")
+    sel = []
+    for (model, lang), ids in selected.items():
+        path = tmp_path / "selected" / model / "d" / f"{lang}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang}).write_parquet(path)
+        sel.append(str(path))
+    db = tmp_path / "illusion.duckdb"
+    con = duckdb.connect(str(db))
+    create_views(con, [str(tmp_path / "g.parquet")], sel, [str(tmp_path / "g.parquet")])
+    run_sql_files(con, SQL, MetricSettings(bootstrap_replicates=100))
+    con.close()
+    return db
+
+
+def assert_pngs(paths, out: Path):
+    assert [p.name for p in paths] == [f"{n}.png" for n in FIGURES]
+    for p in paths:
+        data = (out / p.name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, p
+
+
+def test_figures_with_nm_checkpoints_and_two_models(tmp_path):
+    grid = [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5), ("wanda", "2:4", 0.5),
+            ("sparsegpt", "unstructured", 0.5)]
+    db = database(tmp_path, grid, models=("a", "b"))
+    out = tmp_path / "figures"
+    assert_pngs(make_figures(db, out), out)
+    assert not list(out.glob("*.tmp*")) and not list(out.glob(".*"))
+
+
+def test_figures_for_a_dense_only_run(tmp_path):
+    """No pruned checkpoint: the figures still exist and say why they are empty."""
+    db = database(tmp_path, [])
+    out = tmp_path / "figures"
+    assert_pngs(make_figures(db, out), out)
