@@ -126,6 +126,11 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
                 path = raw_path_for(d, lang)
                 if not (root / path).is_file():
                     errors.append(f"datasets.{name}.path: file for language {lang!r} not found: {path}")
+    configured = {lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])}
+    for i, lang in enumerate((config.get("calibration") or {}).get("languages") or []):
+        if lang not in configured:
+            errors.append(f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
+                          f"(configured: {', '.join(sorted(configured))})")
     errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
     if not errors:
         errors += _heldout_size_errors(config, root)
@@ -146,9 +151,12 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     if any(d.get("source") in HUB_LANGUAGES for d in datasets.values()):
         return []  # passages are known only after download
     need = cal.get("n_windows", 16) * cal.get("seq_len", 128)
+    only = cal.get("languages")
     chars = 0
     for d in datasets.values():
         for lang in d["languages"]:
+            if only is not None and lang not in only:
+                continue
             resolved = {**d, "path": str(root / d["path"])}
             chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
     if chars < need:

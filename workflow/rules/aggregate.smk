@@ -8,6 +8,9 @@ rule aggregate:
         "results/illusion.duckdb",
     params:
         metrics=get_metric_settings(),
+    resources:
+        mem_mb=aggregate_sized("mem_mb"),
+        runtime=aggregate_sized("runtime"),
     log:
         "logs/aggregate.log",
     script:

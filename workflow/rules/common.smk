@@ -1,6 +1,7 @@
 # Helpers for the rules: config validation, target lists, input functions.
 # No lambdas in rules; every function says what it returns.
 
+import functools
 import glob
 import re
 from pathlib import Path
@@ -23,11 +24,18 @@ except WorkflowError:
 check_config(config)
 
 MODELS = sorted(config["models"])
+HUB_MODELS = sorted(m for m in MODELS if config["models"][m]["source"] == "hub")
+FILE_MODELS = sorted(m for m in MODELS if m not in HUB_MODELS)
 DATASETS = sorted(config["datasets"])
 
 
+def one_of(names):
+    """A wildcard regex matching exactly these names (never matching when there are none)."""
+    return "|".join(map(re.escape, names)) or "(?!)"
+
+
 wildcard_constraints:
-    model="|".join(map(re.escape, MODELS)),
+    model=one_of(MODELS),
     method="magnitude|wanda|sparsegpt",
     structure="unstructured|[0-9]+of[0-9]+",
     sparsity="0|0\\.[0-9]+",
@@ -143,15 +151,30 @@ def get_calibration_input(wildcards):
     return f"results/calibration/{wildcards.model}.safetensors"
 
 
+def calibration_langs():
+    """(dataset, lang) pairs whose held-out passages calibrate (calibration.languages, or all)."""
+    only = config["calibration"].get("languages")
+    return [(d, l) for d, l in dataset_langs() if only is None or l in only]
+
+
+def get_calibration_params():
+    """calibration settings that change the windows; `languages` acts through the input files."""
+    return {k: v for k, v in config["calibration"].items() if k != "languages"}
+
+
 def get_calibration_sources(wildcards):
-    """Item and selected files that held-out calibration text is drawn from (none otherwise)."""
+    """Item and selected files that held-out calibration text is drawn from (none otherwise).
+
+    Only the calibration languages: with calibration.languages set, adding another language
+    to a dataset does not change the calibration text, so no checkpoint is pruned again.
+    """
     if config["calibration"]["source"] != "heldout_items":
         return {"item_tables": [], "selected": []}
     return {
-        "item_tables": [f"results/items/{d}/{l}.parquet" for d, l in dataset_langs()],
+        "item_tables": [f"results/items/{d}/{l}.parquet" for d, l in calibration_langs()],
         "selected": [
             f"results/selected/{wildcards.model}/{d}/{l}.parquet"
-            for d, l in dataset_langs()
+            for d, l in calibration_langs()
         ],
     }
 
@@ -187,6 +210,46 @@ def pool_files():
     return [
         f"results/pool/{m}/{d}/{l}.parquet" for m in MODELS for d, l in dataset_langs()
     ]
+
+
+@functools.lru_cache(maxsize=None)
+def model_params(model):
+    """(parameter count, where it comes from) of {model}, for sizing jobs (read once per run)."""
+    from benchmark_illusion.cluster import parameter_count
+
+    return parameter_count(model, config["models"][model], Path("."))
+
+
+def sized(kind, key):
+    """A resource function: `key` (mem_mb or runtime) of a `kind` job, from the model's size.
+
+    Grows with the attempt, so a job retried on a cluster asks for more. Sizing rules:
+    src/benchmark_illusion/cluster.py.
+    """
+    from benchmark_illusion.cluster import job_resources
+
+    def resource(wildcards, attempt):
+        dtype = config["models"][wildcards.model].get("dtype", "float32")
+        return job_resources(kind, model_params(wildcards.model)[0], dtype, attempt)[key]
+
+    return resource
+
+
+def aggregate_sized(key):
+    """A resource function for the aggregation: grows with items x checkpoints."""
+    from benchmark_illusion.cluster import aggregate_resources
+
+    n = (
+        len(MODELS)
+        * (1 + len(pruning_targets()))
+        * len(dataset_langs())
+        * config["items"]["max_per_language"]
+    )
+
+    def resource(wildcards, attempt):
+        return aggregate_resources(n, attempt)[key]
+
+    return resource
 
 
 def get_metric_settings():

@@ -10,8 +10,8 @@ rule evaluate_pool:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
-        mem_mb=16000,
-        runtime=120,
+        mem_mb=sized("evaluate", "mem_mb"),
+        runtime=sized("evaluate", "runtime"),
     params:
         eval=get_pool_eval_config,
         pool_max=config["items"]["pool_max"],

@@ -7,11 +7,11 @@ rule calibration_data:
     log:
         "logs/calibration_data/{model}.log",
     params:
-        calibration=config["calibration"],
+        calibration=get_calibration_params(),
         seed=config["seed"],
     resources:
-        mem_mb=8000,
-        runtime=60,
+        mem_mb=sized("calibration", "mem_mb"),
+        runtime=sized("calibration", "runtime"),
     script:
         "../scripts/calibration_data.py"
 
@@ -30,8 +30,8 @@ rule prune:
         prune=get_prune_params,
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
-        mem_mb=16000,
-        runtime=240,
+        mem_mb=sized("prune", "mem_mb"),
+        runtime=sized("prune", "runtime"),
     script:
         "../scripts/prune.py"
 
@@ -51,7 +51,7 @@ rule evaluate:
         eval=get_eval_config,
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
-        mem_mb=16000,
-        runtime=120,
+        mem_mb=sized("evaluate", "mem_mb"),
+        runtime=sized("evaluate", "runtime"),
     script:
         "../scripts/evaluate.py"

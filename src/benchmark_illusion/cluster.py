@@ -1,0 +1,119 @@
+"""Memory and runtime of the heavy rules, sized from a model's parameter count.
+
+The rules' `resources` call `job_resources`; a cluster profile (profiles/slurm) adds only the
+site-specific part: partitions, account, GPUs. Locally, Snakemake ignores memory and runtime
+unless `--resources` caps them.
+
+The parameter count comes from the weights when they are on disk: the imported safetensors
+folder (resources/models/{model}), a local folder, or the GGUF file of a `gguf_file` /
+`gguf_package` model (headers only: nothing is loaded). A hub model that is not imported yet
+uses its config's `params_b`, or DEFAULT_PARAMS_B (8 billion, the largest model of the paper's
+grid) when that is not given either.
+
+Memory is host RAM (`mem_mb`, what SLURM's --mem asks for); the GPU holds the model during
+evaluation and pruning. Both estimates grow with the attempt number, so a job that a cluster
+retries (profile `retries`) after running out of memory or time asks for more.
+
+Measured anchors (2 CPU cores, fp32, 135M parameters, calibration 16 x 128): import 21 s,
+prune 9-35 s, 0.8-1.0 GB peak; evaluation of a language (29 items) ~1.5 min, 1.4 GB; the
+aggregation of a paper-scale grid (239,400 item x checkpoint pairs): 219 s, 7.3 GiB
+(benchmarks/aggregate_scale.py). The formulas leave headroom over these.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+DEFAULT_PARAMS_B = 8.0
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+# kind: (GB of RAM per GB of weights, fixed GB, minutes per billion parameters, fixed minutes)
+PLAN = {
+    "import": (2.0, 4, 6, 20),  # load + rebuilt copy; hub download time dominates at scale
+    "evaluate": (1.5, 6, 12, 20),  # one benchmark (language) of one checkpoint, all decodes
+    "prune": (2.5, 8, 15, 30),  # weights, a pruned copy per block, calibration activations, H
+    "calibration": (0.0, 8, 0, 60),  # tokenizer only; C4 streaming dominates
+}
+
+
+def _safetensors_params(folder: Path) -> int | None:
+    """Parameter count from the headers of every *.safetensors file in folder."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total
+
+
+def _gguf_params(path: Path) -> int | None:
+    """Parameter count from a GGUF file's tensor infos (the gguf package reads the header only)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:  # pragma: no cover - gguf is a dependency
+        return None
+    reader = GGUFReader(str(path), "r")
+    return int(sum(int(t.n_elements) for t in reader.tensors))
+
+
+def _gguf_path(cfg: dict, root: Path) -> Path | None:
+    if cfg.get("source") == "gguf_file":
+        p = root / cfg["path"]
+        return p if p.is_file() else None
+    if cfg.get("source") == "gguf_package":
+        from .config import _package_dir
+
+        folder = _package_dir(cfg["package"])
+        if folder is None:
+            return None
+        if cfg.get("file"):
+            p = folder / cfg["file"]
+            return p if p.is_file() else None
+        found = sorted(folder.glob("*.gguf"))
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def parameter_count(name: str, cfg: dict, root: Path = Path(".")) -> tuple[float, str]:
+    """(parameters, where the number comes from) for model `name` with config `cfg`."""
+    imported = root / "resources" / "models" / name
+    n = _safetensors_params(imported) if imported.is_dir() else None
+    if n:
+        return float(n), f"safetensors headers in {imported}"
+    if cfg.get("source") == "local" and (root / cfg["path"]).is_dir():
+        n = _safetensors_params(root / cfg["path"])
+        if n:
+            return float(n), f"safetensors headers in {cfg['path']}"
+    gguf = _gguf_path(cfg, root)
+    if gguf is not None:
+        n = _gguf_params(gguf)
+        if n:
+            return float(n), f"GGUF header of {gguf.name}"
+    if cfg.get("params_b"):
+        return float(cfg["params_b"]) * 1e9, "config params_b"
+    return DEFAULT_PARAMS_B * 1e9, f"default {DEFAULT_PARAMS_B:g}B (set models.{name}.params_b)"
+
+
+def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: int = 1) -> dict:
+    """{'mem_mb': int, 'runtime': int (minutes)} for one job of `kind` (see PLAN)."""
+    if kind not in PLAN:
+        raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(PLAN)}")
+    ram_per_weight_gb, fixed_gb, min_per_b, fixed_min = PLAN[kind]
+    weights_gb = n_params * DTYPE_BYTES.get(dtype, 4) / 1e9
+    mem_gb = (ram_per_weight_gb * weights_gb + fixed_gb) * attempt
+    minutes = (min_per_b * n_params / 1e9 + fixed_min) * attempt
+    return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
+
+
+def aggregate_resources(n_item_checkpoints: int, attempt: int = 1) -> dict:
+    """The aggregation's memory and time grow with items x checkpoints (bootstrap join)."""
+    mem_gb = (2 + 40e-6 * n_item_checkpoints) * attempt  # paper grid: 239,400 pairs -> 11.6 GB
+    minutes = (10 + n_item_checkpoints / 10_000) * attempt
+    return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
