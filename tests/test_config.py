@@ -138,6 +138,10 @@ BAD = [
     ("bootstrap-replicates-zero", _set("metrics", "bootstrap_replicates", 0), "metrics.bootstrap_replicates", "minimum"),
     ("ci-level-one", _set("metrics", "ci_level", 1.0), "metrics.ci_level", "maximum"),
     ("unknown-metrics-key", _set("metrics", "seed", 3), "metrics.seed", "unknown key"),
+    ("calibration-language-not-configured", _set("calibration", "languages", ["en", "fr"]),
+     "calibration.languages[1]", "not a language of any dataset"),
+    ("calibration-languages-empty", _set("calibration", "languages", []), "calibration.languages", "non-empty"),
+    ("params-b-zero", _set("models", "m", "params_b", 0), "models.m.params_b", "less than or equal"),
 ]
 
 
@@ -314,6 +318,7 @@ def test_readme_examples_validate():
     assert len(configs) == 2
     default, paper = configs
     assert default == yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert paper == yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     full = validate_config(paper)
     assert {d["source"] for d in full["datasets"].values()} == {"xquad_hub", "tydiqa_hub"}
     assert all(m["source"] == "hub" and m["revision"] for m in full["models"].values())

@@ -36,7 +36,8 @@ def smoke_config(tmp: Path) -> Path:
         "evaluation": {"max_new_tokens": 16, "batch_size": 8,
                        "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8}},
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
-        "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64},
+        # Pinned calibration languages: adding a language later must not re-prune (test below).
+        "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64, "languages": ["en", "es"]},
     }
     path = tmp / "smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -245,3 +246,108 @@ def test_second_run_has_nothing_to_do(smoke_run):
     res = snakemake(work, cfg, "-n")
     assert res.returncode == 0
     assert "Nothing to be done" in res.stdout + res.stderr
+
+
+def changed_plan(work: Path, cfg: Path, change) -> dict[str, int]:
+    """The dry run's job table after `change` edits a copy of the smoke config."""
+    edited = yaml.safe_load(cfg.read_text())
+    change(edited)
+    path = work / "changed.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    res = snakemake(work, path, "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return planned_jobs(res.stdout + res.stderr)
+
+
+AGGREGATION = {"aggregate": 1, "figures": 1, "all": 1}
+
+
+def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["pruning"]["sparsities"].append(0.2))
+    # 3 methods x one new sparsity; each evaluated on 2 languages
+    assert plan == {"prune": 3, "evaluate": 6, **AGGREGATION}
+
+
+def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["evaluation"]["recovery"].update(num_beams=3))
+    # the pruned checkpoints' evaluations (6 x 2 languages); the dense pool runs no recovery decode
+    assert plan == {"evaluate": 12, **AGGREGATION}
+
+
+def test_adding_a_language_runs_only_its_chain(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["datasets"]["sample"]["languages"].append("de"))
+    assert plan == {"download_dataset": 1, "build_items": 1, "evaluate_pool": 1, "select_items": 1,
+                    "dense_generations": 1, "evaluate": len(CHECKPOINTS), **AGGREGATION}
+
+
+def session_processes(sid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process in session `sid`."""
+    import os
+
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(d.name)) == sid:
+                out.append((int(d.name), (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    return out
+
+
+def start_and_kill_mid_evaluation(work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool) -> None:
+    """Re-run the evaluate job of `target` and SIGKILL it once its model is loaded: only the job's
+    process (whole_run=False: a job killed on its node), or Snakemake with it (a killed session)."""
+    import os
+    import signal
+    import time
+
+    rule_log.unlink(missing_ok=True)
+    cmd = [SNAKEMAKE, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(cfg)]
+    proc = subprocess.Popen([*cmd, "--forcerun", target, "--", target], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and not (rule_log.is_file() and "loaded" in rule_log.read_text()):
+        assert proc.poll() is None, "the job finished before it could be killed"
+        time.sleep(0.2)
+    time.sleep(1.0)  # the model is loaded; evaluation is under way
+    assert proc.poll() is None
+    if whole_run:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        jobs = [pid for pid, cmdline in session_processes(proc.pid) if "evaluate.py" in cmdline]
+        assert len(jobs) == 1, session_processes(proc.pid)
+        os.kill(jobs[0], signal.SIGKILL)
+    rc = proc.wait(timeout=120)
+    assert rc != 0
+    # no half-written log: Snakemake removed the old one before the job started, the job never wrote
+    assert not (work / target).exists()
+    assert not list((work / target).parent.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("whole_run", [False, True], ids=["job-killed", "snakemake-killed"])
+def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
+    """SIGKILL mid-evaluation; the re-run with --rerun-incomplete writes the same rows as the
+    uninterrupted run (every column but the wall time `seconds`)."""
+    work, cfg = smoke_run
+    target = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/en.parquet"
+    rule_log = work / "logs/evaluate/smollm2-135m/wanda/unstructured/0.3/sample/en.log"
+    before = pl.read_parquet(work / target).drop("seconds")
+    start_and_kill_mid_evaluation(work, cfg, target, rule_log, whole_run)
+    if whole_run:
+        # a killed Snakemake leaves its lock on the working directory; --unlock is the documented way out
+        locked = snakemake(work, cfg, "--rerun-incomplete", target)  # a dry run takes no lock: try for real
+        assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
+        assert snakemake(work, cfg, "--unlock").returncode == 0
+    res = snakemake(work, cfg, "--rerun-incomplete", target)
+    assert res.returncode == 0, res.stderr[-3000:]
+    after = pl.read_parquet(work / target).drop("seconds")
+    assert after.equals(before)
+    # the database is stale now (its input is newer): the next full run redoes only the aggregation
+    res = snakemake(work, cfg, "-n")
+    assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
+    assert snakemake(work, cfg).returncode == 0

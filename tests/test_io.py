@@ -42,3 +42,15 @@ def test_directory_outputs_are_replaced_whole(tmp_path):
 def test_stable_hash_ignores_key_order():
     assert stable_hash({"a": 1, "b": [1, 2]}) == stable_hash({"b": [1, 2], "a": 1})
     assert stable_hash({"a": 1}) != stable_hash({"a": 2})
+
+
+def test_a_temporary_left_by_a_killed_writer_is_removed_by_the_next_write(tmp_path):
+    """SIGKILL skips the cleanup of atomic_path; the next write of the same file removes it."""
+    target = tmp_path / "out.parquet"
+    stale = tmp_path / ".out.parquet.abc123.parquet.tmp"
+    stale.write_text("half a file")
+    other = tmp_path / ".other.parquet.abc123.parquet.tmp"  # another target's temporary stays
+    other.write_text("x")
+    write_parquet(pl.DataFrame({"a": [1]}), target)
+    assert pl.read_parquet(target)["a"].to_list() == [1]
+    assert not stale.exists() and other.exists()

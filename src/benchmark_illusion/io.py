@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import glob
 import json
 import os
 import shutil
@@ -19,10 +20,17 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
 
     Works for files and directories. The temporary name starts with '.' and ends with
-    '.tmp' so that no glob for finished outputs can match it.
+    '.tmp' so that no glob for finished outputs can match it. A temporary of the same target
+    left by a killed writer (SIGKILL skips the cleanup below) is removed first: one Snakemake
+    job owns each output, so no other writer can be using it.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*{glob.escape(suffix)}.tmp"):
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f"{suffix}.tmp", dir=path.parent)
     os.close(fd)
     os.unlink(tmp)

@@ -6,13 +6,13 @@ rule aggregate:
         sql=sql_files(),
     output:
         "results/illusion.duckdb",
-    params:
-        metrics=get_metric_settings(),
+    log:
+        "logs/aggregate.log",
     resources:
         mem_mb=aggregate_sized("mem_mb"),
         runtime=aggregate_sized("runtime"),
-    log:
-        "logs/aggregate.log",
+    params:
+        metrics=get_metric_settings(),
     script:
         "../scripts/aggregate.py"
 

@@ -74,8 +74,10 @@ def get_extractive(wildcards):
 
 
 def get_model_config(wildcards):
-    """The config of model {model}."""
-    return config["models"][wildcards.model]
+    """The config of model {model}, without params_b (it only sizes cluster jobs)."""
+    return {
+        k: v for k, v in config["models"][wildcards.model].items() if k != "params_b"
+    }
 
 
 def get_pool_eval_config(wildcards):
@@ -171,7 +173,9 @@ def get_calibration_sources(wildcards):
     if config["calibration"]["source"] != "heldout_items":
         return {"item_tables": [], "selected": []}
     return {
-        "item_tables": [f"results/items/{d}/{l}.parquet" for d, l in calibration_langs()],
+        "item_tables": [
+            f"results/items/{d}/{l}.parquet" for d, l in calibration_langs()
+        ],
         "selected": [
             f"results/selected/{wildcards.model}/{d}/{l}.parquet"
             for d, l in calibration_langs()
@@ -230,7 +234,9 @@ def sized(kind, key):
 
     def resource(wildcards, attempt):
         dtype = config["models"][wildcards.model].get("dtype", "float32")
-        return job_resources(kind, model_params(wildcards.model)[0], dtype, attempt)[key]
+        return job_resources(kind, model_params(wildcards.model)[0], dtype, attempt)[
+            key
+        ]
 
     return resource
 

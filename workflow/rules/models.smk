@@ -6,12 +6,12 @@
 rule import_model:
     output:
         directory("resources/models/{model}"),
-    wildcard_constraints:
-        model=one_of(FILE_MODELS),
     log:
         "logs/import_model/{model}.log",
     benchmark:
         "logs/benchmarks/import_model/{model}.tsv"
+    wildcard_constraints:
+        model=one_of(FILE_MODELS),
     resources:
         mem_mb=sized("import", "mem_mb"),
         runtime=sized("import", "runtime"),
@@ -24,12 +24,12 @@ rule import_model:
 rule import_hub_model:
     output:
         directory("resources/models/{model}"),
-    wildcard_constraints:
-        model=one_of(HUB_MODELS),
     log:
         "logs/import_model/{model}.log",
     benchmark:
         "logs/benchmarks/import_model/{model}.tsv"
+    wildcard_constraints:
+        model=one_of(HUB_MODELS),
     resources:
         mem_mb=sized("import", "mem_mb"),
         runtime=sized("import", "runtime"),

