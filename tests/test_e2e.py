@@ -1,6 +1,13 @@
 """End to end on the real bundled model: snakemake download -> items -> dense evaluation ->
 selection -> calibration -> magnitude/Wanda/SparseGPT at two sparsities -> evaluation of every
-checkpoint -> DuckDB, then SQL on the result."""
+checkpoint -> DuckDB and figures, then SQL on the result, re-runs after config changes, and
+jobs killed mid-run.
+
+Where a SLURM cluster answers (or can be started: root, tests/slurm/start-cluster.sh; `.ci/run`
+does so and sets BENCHMARK_ILLUSION_REQUIRE_SLURM=1), the smoke run goes through
+`snakemake --profile tests/slurm/profile`: every job is an sbatch job, and one evaluate job is
+cancelled while it runs, which the profile's retry must absorb. Elsewhere it runs locally and
+the SLURM tests skip."""
 
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ import pytest
 import yaml
 
 from benchmark_illusion.evaluate import LOG_SCHEMA
+from slurm.helpers import PROFILE, CancelFirstRunning, ensure_cluster, squeue_history
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -49,13 +57,72 @@ def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedPr
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
 
 
+SMOKE: dict = {}  # how the smoke run went: slurm (bool), output, cancelled job ids, seconds
+
+
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
+    import time
+
     work = tmp_path_factory.mktemp("smoke")
     cfg = smoke_config(work)
-    res = snakemake(work, cfg)
-    assert res.returncode == 0, res.stderr[-5000:]
+    slurm = ensure_cluster()
+    canceller = CancelFirstRunning("evaluate")
+    if slurm:
+        canceller.start()
+    t0 = time.perf_counter()
+    res = snakemake(work, cfg, *(["--profile", str(PROFILE)] if slurm else []))
+    canceller.stop.set()
+    SMOKE.update(slurm=slurm, out=res.stdout + res.stderr, cancelled=canceller.cancelled,
+                 seconds=time.perf_counter() - t0)
+    print(f"smoke run ({'SLURM' if slurm else 'local'}): {SMOKE['seconds']:.0f} s")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     return work, cfg
+
+
+GPU_RULES = {"evaluate_pool", "prune", "evaluate"}
+
+
+def test_every_job_went_through_slurm_to_its_partition(smoke_run):
+    import re
+
+    if not SMOKE["slurm"]:
+        pytest.skip("no SLURM cluster: the smoke run ran locally")
+    work, _ = smoke_run
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"])
+    assert {rule for _, rule in submitted} == {
+        "download_dataset", "build_items", "import_model", "evaluate_pool", "select_items", "dense_generations",
+        "calibration_data", "prune", "evaluate", "aggregate", "figures"}
+    # 33 jobs (2 languages, 6 checkpoints) and one more for the retried evaluate job
+    assert len(submitted) == 2 * 5 + 1 + 1 + 6 + 12 + 2 + 1
+    history = {j["id"]: j for j in squeue_history()}
+    for job_id, rule in submitted:
+        job = history[job_id]  # slurmctld knows every job id the log names
+        assert job["comment"].startswith(f"rule_{rule}"), (job, rule)
+        assert job["partition"] == ("gpu" if rule in GPU_RULES else "main"), (job, rule)
+
+
+def test_a_cancelled_job_is_retried_with_more_memory_and_time(smoke_run):
+    import re
+
+    if not SMOKE["slurm"]:
+        pytest.skip("no SLURM cluster: the smoke run ran locally")
+    cancelled = SMOKE["cancelled"]
+    assert len(cancelled) == 1, "no evaluate job was seen running"
+    history = {j["id"]: j for j in squeue_history()}
+    job = history[cancelled[0]]
+    assert job["state"] == "CANCELLED"
+    # the same rule and wildcards in the same run (the job name is the run's id)
+    same = sorted((j for j in history.values() if j["comment"] == job["comment"] and j["name"] == job["name"]),
+                  key=lambda j: int(j["id"]))
+    assert [j["state"] for j in same] == ["CANCELLED", "COMPLETED"]
+    assert "Trying to restart job" in SMOKE["out"]
+    # the retry asked for twice the memory and time (attempt 2; src/benchmark_illusion/cluster.py):
+    # every evaluate job of the one model asks the same at attempt 1, the retried one twice that
+    asks = {(int(m), int(r)) for block in re.split(r"\nrule ", SMOKE["out"]) if block.startswith("evaluate:")
+            for m, r in re.findall(r"mem_mb=(\d+),.*runtime=(\d+),", block)}
+    (mem, minutes), (mem2, minutes2) = sorted(asks)
+    assert mem2 == 2 * mem and minutes2 >= 2 * minutes - 1, asks
 
 
 def test_every_step_produced_its_files(smoke_run):

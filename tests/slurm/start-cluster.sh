@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a real single-node SLURM cluster on this machine, for the tests (tests/test_slurm.py) and
+# Start a real single-node SLURM cluster on this machine, for the tests (the smoke run of tests/test_e2e.py) and
 # for trying profiles/slurm without a cluster. Idempotent: a running cluster is left alone.
 #
 #   sudo tests/slurm/start-cluster.sh        # install (if needed), configure, start; ~1 s once installed
@@ -8,9 +8,11 @@
 # What it sets up (Debian 12 packages slurmctld/slurmd/slurm-client 22.05 and munge):
 #   - one node, "localhost" on 127.0.0.1, with every CPU and all but 1 GiB of the memory;
 #   - partitions "main" (default) and "gpu", both on that node;
-#   - a fake GPU (gres/gpu, File=/dev/null) so that jobs asking for `gpu: 1` are schedulable;
-#   - no accounting database: job status through squeue (MinJobAge 300 s keeps finished jobs
-#     visible), so the profile must say `slurm-status-command: squeue`;
+#   - fake GPUs (gres/gpu, File=/dev/null, /dev/zero, ...; one per CPU, at most 4) so that jobs
+#     asking for `gpu: 1` are schedulable side by side;
+#   - no accounting database: job status through squeue, so the profile must say
+#     `slurm-status-command: squeue`; MinJobAge 3600 s keeps finished jobs visible to squeue for
+#     an hour (the plugin needs them there; the tests read the whole smoke run's history);
 #   - ProctrackType=proctrack/linuxproc, TaskPlugin=task/none (no cgroups, no systemd here).
 # slurm.conf goes to the default path /etc/slurm/slurm.conf: the executor plugin's nested srun
 # drops SLURM_CONF. Daemons run as root without systemd; their pids go to $STATE/pids.
@@ -28,11 +30,6 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 node_state() { sinfo -h -n localhost -o %T 2>/dev/null | head -1; }
-
-if command -v scontrol >/dev/null && scontrol ping 2>/dev/null | grep -q UP && [[ "$(node_state)" =~ ^(idle|mixed|allocated) ]]; then
-  say "already running ($(node_state))"
-  exit 0
-fi
 
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null || ! command -v munged >/dev/null; then
   say "installing slurmctld slurmd slurm-client munge"
@@ -54,9 +51,14 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
 fi
 
 cpus=$(nproc)
+# One fake GPU per CPU (at most 4): with a single one, every GPU-bound job of a test run would
+# queue behind the others. Each is a distinct character device that exists everywhere.
+devices=(/dev/null /dev/zero /dev/full /dev/urandom)
+gpus=$(( cpus < 4 ? cpus : 4 ))
 mem_mb=$(( $(awk '/MemTotal/ {print int($2 / 1024)}' /proc/meminfo) - 1024 ))
 
-cat > "$CONF" <<CONF
+new_conf=$(mktemp)
+cat > "$new_conf" <<CONF
 # Written by tests/slurm/start-cluster.sh (benchmark-illusion): a single-node test cluster.
 ClusterName=benchmark-illusion-test
 SlurmctldHost=localhost
@@ -76,18 +78,37 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1000
 SchedulerType=sched/backfill
-MinJobAge=300
+MinJobAge=3600
 ReturnToService=2
 SlurmdParameters=config_overrides
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 GresTypes=gpu
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:1 State=UNKNOWN
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem_mb Gres=gpu:$gpus State=UNKNOWN
 PartitionName=main Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 PartitionName=gpu Nodes=localhost MaxTime=INFINITE State=UP
 CONF
-# A count-only gres line marks the node invalid; a device file makes the fake GPU countable.
-echo "NodeName=localhost Name=gpu File=/dev/null" > /etc/slurm/gres.conf
+# A count-only gres line marks the node invalid; device files make the fake GPUs countable.
+new_gres=$(mktemp)
+for (( i = 0; i < gpus; i++ )); do
+  echo "NodeName=localhost Name=gpu File=${devices[$i]}" >> "$new_gres"
+done
+if scontrol ping 2>/dev/null | grep -q UP && [[ "$(node_state)" =~ ^(idle|mixed|allocated) ]]; then
+  if cmp -s "$new_conf" "$CONF" && cmp -s "$new_gres" /etc/slurm/gres.conf; then
+    rm -f "$new_conf" "$new_gres"
+    say "already running ($(node_state))"
+    exit 0
+  fi
+  # A changed node (CPUs, memory, GPUs) needs both daemons restarted, not a reconfigure.
+  say "configuration changed: restarting slurmctld and slurmd"
+  for name in slurmd slurmctld; do
+    [[ -s "$STATE/$name.pid" ]] && kill "$(cat "$STATE/$name.pid")" 2>/dev/null || true
+  done
+  for _ in $(seq 100); do pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null || break; sleep 0.1; done
+fi
+mv "$new_conf" "$CONF"
+mv "$new_gres" /etc/slurm/gres.conf
+chmod 0644 "$CONF" /etc/slurm/gres.conf
 
 if ! scontrol ping 2>/dev/null | grep -q UP; then
   slurmctld -i </dev/null >>"$LOGS/slurmctld.out" 2>&1
@@ -110,4 +131,4 @@ if [[ ! "$state" =~ ^(idle|mixed|allocated) ]]; then
   say "node did not come up (state '$state'); see $LOGS/slurmctld.log and $LOGS/slurmd.log"
   exit 1
 fi
-say "up: node localhost ($cpus CPUs, $mem_mb MB, 1 fake GPU), partitions main (default) and gpu"
+say "up: node localhost ($cpus CPUs, $mem_mb MB, $gpus fake GPUs), partitions main (default) and gpu"
