@@ -14,6 +14,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from dag import planned_jobs
+
 from benchmark_illusion.cluster import DEFAULT_PARAMS_B, aggregate_resources, job_resources, parameter_count
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,17 +63,6 @@ def test_job_resources_grow_with_size_and_attempt():
         job_resources("train", 1e9)
 
 
-def job_table(out: str) -> dict[str, int]:
-    lines = out.split("Job stats:", 1)[1].splitlines()
-    jobs = {}
-    for line in lines[3:]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        jobs[parts[0]] = int(parts[1])
-    return jobs
-
-
 def dry_run(tmp_path, *args):
     t0 = time.perf_counter()
     res = subprocess.run([SNAKEMAKE, "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
@@ -96,7 +87,7 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     res, seconds = dry_run(tmp_path, "--cores", "1")
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
-    jobs = job_table(out)
+    jobs = planned_jobs(out)
     assert jobs == expected_paper_jobs()
     assert sum(jobs.values()) == 1428  # 3 models x 21 benchmarks x (3 methods x 6 sparsities + dense)
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")

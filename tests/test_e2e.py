@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from benchmark_illusion.evaluate import LOG_SCHEMA
+from dag import planned_jobs
 from slurm.helpers import PROFILE, CancelFirstRunning, ensure_cluster, squeue_history
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -294,18 +295,6 @@ def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
     res = snakemake(work, path, "-n")
     assert res.returncode == 0, res.stderr[-3000:]
     assert planned_jobs(res.stdout + res.stderr) == {"aggregate": 1, "figures": 1, "all": 1}
-
-
-def planned_jobs(out: str) -> dict[str, int]:
-    """The dry run's job table ('job  count' lines after 'Job stats:')."""
-    lines = out.split("Job stats:", 1)[1].splitlines()
-    jobs = {}
-    for line in lines[3:]:
-        parts = line.split()
-        if len(parts) != 2 or parts[0] == "total":
-            break
-        jobs[parts[0]] = int(parts[1])
-    return jobs
 
 
 def test_second_run_has_nothing_to_do(smoke_run):

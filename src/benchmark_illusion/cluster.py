@@ -64,21 +64,16 @@ def _gguf_params(path: Path) -> int | None:
 
 
 def _gguf_path(cfg: dict, root: Path) -> Path | None:
-    if cfg.get("source") == "gguf_file":
-        p = root / cfg["path"]
-        return p if p.is_file() else None
-    if cfg.get("source") == "gguf_package":
-        from .config import _package_dir
+    """The GGUF file of a gguf_file / gguf_package model, or None (other source, or not found)."""
+    from .sources import ModelSourceError, resolve_gguf
 
-        folder = _package_dir(cfg["package"])
-        if folder is None:
-            return None
-        if cfg.get("file"):
-            p = folder / cfg["file"]
-            return p if p.is_file() else None
-        found = sorted(folder.glob("*.gguf"))
-        return found[0] if len(found) == 1 else None
-    return None
+    if cfg.get("source") not in ("gguf_file", "gguf_package"):
+        return None
+    resolved = {**cfg, "path": str(root / cfg["path"])} if cfg["source"] == "gguf_file" else cfg
+    try:
+        return resolve_gguf(resolved)
+    except (ModelSourceError, ImportError, ValueError):  # not installed, or not a module name
+        return None
 
 
 def parameter_count(name: str, cfg: dict, root: Path = Path(".")) -> tuple[float, str]:

@@ -73,7 +73,7 @@ def _error_lines(err) -> list[str]:
 
 
 def _package_dir(name: str) -> Path | None:
-    """Folder of installed package `name` (found as models.gguf_package_dir does), or None."""
+    """Folder of installed package `name` (found as sources.gguf_package_dir does), or None."""
     try:
         spec = importlib.util.find_spec(name.replace("-", "_"))
     except (ImportError, ValueError):  # 'a.b' with 'a' missing, '..x' and other non-module names

@@ -70,6 +70,40 @@ def _label_unstructured(structure: str) -> str:
     return "" if structure == "unstructured" else f" {structure}"
 
 
+def _method_panels(df: pl.DataFrame, models: list[str], empty: str):
+    """A figure with one row per model and one panel per pruning method of that model.
+
+    Returns (fig, axes, panels); panels yields (ax, model, method, the model's rows). A model
+    without pruned rows gets `empty` in its first panel; panels a row does not use are hidden.
+    """
+    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
+    fig, axes = _grid(len(models), n_cols)
+
+    def panels():
+        for r, model in enumerate(models):
+            d = df.filter(pl.col("model") == model)
+            methods = _methods(d)
+            if not methods:
+                _empty(axes[r][0], f"{model}: {empty}")
+            for c in range(max(len(methods), 1), n_cols):
+                axes[r][c].set_visible(False)
+            for c, method in enumerate(methods):
+                yield axes[r][c], model, method, d
+
+    return fig, axes, panels()
+
+
+def _label(ax, model: str, method: str, xlabel: str, ylabel: str, ylim: tuple[float, float], grid: str = "major") -> None:
+    ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{model}: {method}", fontsize=10)
+    ax.grid(alpha=0.3, which=grid)
+
+
+SPARSITY_LABEL = "sparsity (fraction of weights zeroed)"
+
+
 def accuracy_vs_sparsity(con, path: Path) -> None:
     """Accuracy on the selected items per format, against sparsity, one line per method."""
     df = con.sql("SELECT * FROM accuracy WHERE dataset = 'all' AND format IN ('open', 'candidates', 'mc')").pl()
@@ -98,7 +132,7 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
             if base.height and not _methods(f):
                 _errorbar(ax, base, "sparsity", "accuracy", "ci_low", "ci_high", marker="o", color="k", label="dense")
             ax.set_ylim(-0.03, 1.03)
-            ax.set_xlabel("sparsity (fraction of weights zeroed)")
+            ax.set_xlabel(SPARSITY_LABEL)
             ax.set_ylabel("accuracy on selected items")
             ax.set_title(f"{model}: {title}", fontsize=10)
             ax.grid(alpha=0.3)
@@ -111,40 +145,28 @@ def mc_only_by_language(con, path: Path) -> None:
     """MC-only rate per benchmark (dataset/language) against sparsity, one panel per method."""
     df = con.sql("SELECT * FROM mc_only").pl()
     models = sorted(df["model"].unique().to_list())
-    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
-    fig, axes = _grid(len(models), n_cols)
-    for r, model in enumerate(models):
-        d = df.filter(pl.col("model") == model)
-        methods = _methods(d)
-        if not methods:
-            _empty(axes[r][0], f"{model}: no pruned checkpoint")
+    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    for ax, model, method, d in panels:
         dense = d.filter(pl.col("method") == "dense")
-        for c, method in enumerate(methods):
-            ax = axes[r][c]
-            m = pl.concat([dense, d.filter((pl.col("method") == method) & (pl.col("structure") == "unstructured"))])
-            benchmarks = m.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
-            for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
-                b = m.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang)).sort("sparsity")
-                n = int(b["n_items"].max())
-                ax.plot(b["sparsity"].to_list(), b["mc_only_rate"].to_list(), marker="o", alpha=0.8,
-                        color=f"C{i % 10}", label=f"{dataset}/{lang} (n={n})")
-            pooled = m.filter(pl.col("lang") == "all")
-            _errorbar(ax, pooled, "sparsity", "mc_only_rate", "mc_only_ci_low", "mc_only_ci_high", color="k",
-                      linewidth=2.2, marker="D", label=f"all pooled (n={int(pooled['n_items'].max())})")
-            for row in (d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
-                                             & (pl.col("lang") == "all")).iter_rows(named=True)):
-                ax.errorbar([row["sparsity"]], [row["mc_only_rate"]],
-                            yerr=[[row["mc_only_rate"] - row["mc_only_ci_low"]], [row["mc_only_ci_high"] - row["mc_only_rate"]]],
-                            marker="s", markerfacecolor="none", color="k", capsize=3,
-                            label=f"all pooled, {row['structure']}")
-            ax.set_ylim(-0.03, 1.03)
-            ax.set_xlabel("sparsity (fraction of weights zeroed)")
-            ax.set_ylabel("MC-only rate (mc right, open wrong)")
-            ax.set_title(f"{model}: {method}", fontsize=10)
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-        for c in range(max(len(methods), 1), n_cols):
-            axes[r][c].set_visible(False)
+        m = pl.concat([dense, d.filter((pl.col("method") == method) & (pl.col("structure") == "unstructured"))])
+        benchmarks = m.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
+        for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
+            b = m.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang)).sort("sparsity")
+            n = int(b["n_items"].max())
+            ax.plot(b["sparsity"].to_list(), b["mc_only_rate"].to_list(), marker="o", alpha=0.8,
+                    color=f"C{i % 10}", label=f"{dataset}/{lang} (n={n})")
+        pooled = m.filter(pl.col("lang") == "all")
+        _errorbar(ax, pooled, "sparsity", "mc_only_rate", "mc_only_ci_low", "mc_only_ci_high", color="k",
+                  linewidth=2.2, marker="D", label=f"all pooled (n={int(pooled['n_items'].max())})")
+        nm_pooled = d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
+                             & (pl.col("lang") == "all"))
+        for row in nm_pooled.iter_rows(named=True):
+            ax.errorbar([row["sparsity"]], [row["mc_only_rate"]],
+                        yerr=[[row["mc_only_rate"] - row["mc_only_ci_low"]], [row["mc_only_ci_high"] - row["mc_only_rate"]]],
+                        marker="s", markerfacecolor="none", color="k", capsize=3,
+                        label=f"all pooled, {row['structure']}")
+        _label(ax, model, method, SPARSITY_LABEL, "MC-only rate (mc right, open wrong)", (-0.03, 1.03))
+        ax.legend(fontsize=7)
     fig.suptitle("MC-only rate by language and sparsity (share of selected items recognised but not produced)",
                  fontsize=12)
     _save(fig, path)
@@ -154,40 +176,28 @@ def gold_rank_cdf(con, path: Path) -> None:
     """CDF of the gold first-token rank of MC-only items, pruned vs dense on the same items."""
     df = con.sql("SELECT * FROM gold_rank_cdf WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
-    fig, axes = _grid(len(models), n_cols)
-    for r, model in enumerate(models):
-        d = df.filter(pl.col("model") == model)
-        methods = _methods(d)
-        if not methods:
-            _empty(axes[r][0], f"{model}: no MC-only items at any sparsity")
-        for c, method in enumerate(methods):
-            ax = axes[r][c]
-            ckpts = d.filter(pl.col("method") == method).select("structure", "sparsity").unique().sort("structure", "sparsity")
-            cmap = plt.get_cmap("viridis")
-            for i, (structure, sparsity) in enumerate(ckpts.iter_rows()):
-                color = cmap(i / max(len(ckpts) - 1, 1) * 0.85)
-                for series, style in (("pruned", "-"), ("dense", ":")):
-                    s = d.filter((pl.col("method") == method) & (pl.col("structure") == structure)
-                                 & (pl.col("sparsity") == sparsity) & (pl.col("series") == series)).sort("gold_rank")
-                    if s.height == 0:
-                        continue
-                    x = [1] + s["gold_rank"].to_list()
-                    y = [0.0] + s["cdf"].to_list()
-                    if x[1] == 1:
-                        x, y = x[1:], y[1:]
-                    label = (f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
-                             if series == "pruned" else f"{sparsity:g}{_label_unstructured(structure)} dense, same items")
-                    ax.step(x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6)
-            ax.set_xscale("log")
-            ax.set_ylim(0, 1.02)
-            ax.set_xlabel("gold first-token rank (1 = most likely; log scale)")
-            ax.set_ylabel("share of MC-only items with rank <= x")
-            ax.set_title(f"{model}: {method}", fontsize=10)
-            ax.grid(alpha=0.3, which="both")
-            ax.legend(fontsize=7)
-        for c in range(max(len(methods), 1), n_cols):
-            axes[r][c].set_visible(False)
+    fig, _, panels = _method_panels(df, models, "no MC-only items at any sparsity")
+    for ax, model, method, d in panels:
+        ckpts = d.filter(pl.col("method") == method).select("structure", "sparsity").unique().sort("structure", "sparsity")
+        cmap = plt.get_cmap("viridis")
+        for i, (structure, sparsity) in enumerate(ckpts.iter_rows()):
+            color = cmap(i / max(len(ckpts) - 1, 1) * 0.85)
+            for series, style in (("pruned", "-"), ("dense", ":")):
+                s = d.filter((pl.col("method") == method) & (pl.col("structure") == structure)
+                             & (pl.col("sparsity") == sparsity) & (pl.col("series") == series)).sort("gold_rank")
+                if s.height == 0:
+                    continue
+                x = [1] + s["gold_rank"].to_list()
+                y = [0.0] + s["cdf"].to_list()
+                if x[1] == 1:
+                    x, y = x[1:], y[1:]
+                label = (f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
+                         if series == "pruned" else f"{sparsity:g}{_label_unstructured(structure)} dense, same items")
+                ax.step(x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6)
+        ax.set_xscale("log")
+        _label(ax, model, method, "gold first-token rank (1 = most likely; log scale)",
+               "share of MC-only items with rank <= x", (0, 1.02), grid="both")
+        ax.legend(fontsize=7)
     fig.suptitle("Gold first-token rank of MC-only items: pruned checkpoint (solid) vs dense model (dotted)",
                  fontsize=12)
     _save(fig, path)
@@ -197,35 +207,22 @@ def recovery_by_decode(con, path: Path) -> None:
     """Share of MC-only items each recovery decode recovers, against sparsity."""
     df = con.sql("SELECT * FROM recovery WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
-    fig, axes = _grid(len(models), n_cols)
-    for r, model in enumerate(models):
-        d = df.filter(pl.col("model") == model)
-        methods = _methods(d)
-        if not methods:
-            _empty(axes[r][0], f"{model}: no MC-only items, or recovery decodes off")
-        for c, method in enumerate(methods):
-            ax = axes[r][c]
-            m = d.filter(pl.col("method") == method)
-            decodes = [k for k in DECODES if k in set(m["decode"].to_list())]
-            offsets = {k: (i - (len(decodes) - 1) / 2) * 0.006 for i, k in enumerate(decodes)}
-            for i, decode in enumerate(decodes):
-                s = m.filter((pl.col("decode") == decode) & (pl.col("structure") == "unstructured"))
-                s = s.with_columns(pl.col("sparsity") + offsets[decode])
-                style = dict(color="k", linewidth=2.2, marker="D") if decode == "oracle" else dict(color=f"C{i}", marker="o")
-                if s.height:
-                    _errorbar(ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style)
-            counts = m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
-            for row in counts.iter_rows(named=True):
-                ax.annotate(f"n={row['n_mc_only']}", (row["sparsity"], 1.0), textcoords="offset points", xytext=(0, 4),
-                            ha="center", fontsize=7, color="0.3")
-            ax.set_ylim(-0.03, 1.1)
-            ax.set_xlabel("sparsity (fraction of weights zeroed)")
-            ax.set_ylabel("share of MC-only items recovered")
-            ax.set_title(f"{model}: {method}", fontsize=10)
-            ax.grid(alpha=0.3)
-        for c in range(max(len(methods), 1), n_cols):
-            axes[r][c].set_visible(False)
+    fig, axes, panels = _method_panels(df, models, "no MC-only items, or recovery decodes off")
+    for ax, model, method, d in panels:
+        m = d.filter(pl.col("method") == method)
+        decodes = [k for k in DECODES if k in set(m["decode"].to_list())]
+        offsets = {k: (i - (len(decodes) - 1) / 2) * 0.006 for i, k in enumerate(decodes)}
+        for i, decode in enumerate(decodes):
+            s = m.filter((pl.col("decode") == decode) & (pl.col("structure") == "unstructured"))
+            s = s.with_columns(pl.col("sparsity") + offsets[decode])
+            style = dict(color="k", linewidth=2.2, marker="D") if decode == "oracle" else dict(color=f"C{i}", marker="o")
+            if s.height:
+                _errorbar(ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style)
+        counts = m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
+        for row in counts.iter_rows(named=True):
+            ax.annotate(f"n={row['n_mc_only']}", (row["sparsity"], 1.0), textcoords="offset points", xytext=(0, 4),
+                        ha="center", fontsize=7, color="0.3")
+        _label(ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1))
     handles = {}
     for ax in axes.flat:
         for h, label in zip(*ax.get_legend_handles_labels()):

@@ -1,16 +1,15 @@
 -- accuracy: one row per checkpoint x benchmark x format on the selected items, plus pooled rows
 -- (dataset = 'all', lang = 'all'). `correct` is containment (anti-echo) for the generation
 -- formats and argmax log-likelihood (`acc`) for mc; `accuracy_norm` is mc's per-byte variant
--- (`acc_norm`). ci_low/ci_high: 95% bootstrap interval of `accuracy` (norm_ci_*: of
--- accuracy_norm), from `rates`. `oneshot` is a recovery decode: its rows (and n_items) cover only
--- the items in evaluation.recovery.scope (by default the MC-only ones), not every selected item.
+-- (`acc_norm`). Both, and their 95% bootstrap intervals (ci_*, norm_ci_*), come from `rates`
+-- (metrics acc_<format>, acc_mc_norm); the judge variants and ranks are averaged here.
+-- `oneshot` is a recovery decode: its rows (and n_items) cover only the items in
+-- evaluation.recovery.scope (by default the MC-only ones), not every selected item.
 CREATE OR REPLACE TABLE accuracy AS
 WITH per_format AS (
     SELECT model, method, structure, sparsity,
            coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, format,
            count(DISTINCT (dataset, lang, item_id)) AS n_items,
-           avg(correct::DOUBLE)                   AS accuracy,
-           avg(correct_norm::DOUBLE)              AS accuracy_norm,
            avg(exact_match::DOUBLE)               AS exact_match,
            avg(f1)                                AS f1,
            avg(contains::DOUBLE)                  AS contains,
@@ -22,8 +21,8 @@ WITH per_format AS (
                             (model, method, structure, sparsity, format))
 )
 SELECT a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format, a.n_items,
-       a.accuracy, r.ci_low, r.ci_high,
-       a.accuracy_norm, rn.ci_low AS norm_ci_low, rn.ci_high AS norm_ci_high,
+       r.value AS accuracy, r.ci_low, r.ci_high,
+       rn.value AS accuracy_norm, rn.ci_low AS norm_ci_low, rn.ci_high AS norm_ci_high,
        a.exact_match, a.f1, a.contains, a.echo_rate, a.median_gold_rank
 FROM per_format a
 LEFT JOIN rates r
