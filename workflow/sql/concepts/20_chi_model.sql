@@ -1,0 +1,72 @@
+-- How well a checkpoint does where a concept is active (chi_model), and its gaps.
+-- Definitions: docs/concepts.md. Variables: min_support, under_quantile.
+
+-- concept_scores: s(x) per population x checkpoint x item x format (true = correct).
+--   population 'selected': the evaluated items, every checkpoint (from item_outcomes)
+--   population 'pool':     the dense model's selection pool (from the pool logs)
+CREATE OR REPLACE TABLE concept_scores AS
+SELECT 'selected' AS population, model, method, structure, sparsity, dataset, lang, item_id, format, correct
+FROM item_outcomes
+UNPIVOT (correct FOR format IN (open_correct AS 'open', candidates_correct AS 'candidates', mc_correct AS 'mc'))
+UNION ALL
+SELECT 'pool' AS population, model, method, structure, sparsity, dataset, lang, item_id, format, bool_or(correct) AS correct
+FROM pool
+WHERE ((format = 'open' AND decode = 'greedy') OR format IN ('candidates', 'mc')) AND correct IS NOT NULL
+GROUP BY ALL;
+
+-- chi_model(c, B) = sum_x a_c(x) s(x) / sum_x a_c(x) over the items x of B that the checkpoint
+-- was evaluated on in that format. support: those items where the concept is active;
+-- supported: support >= min_support. accuracy: the checkpoint's plain accuracy on the same items
+-- (chi_model below it means the checkpoint does worse where the concept fires).
+-- dataset = lang = 'all': the sums run over the items of every benchmark.
+CREATE OR REPLACE TABLE chi_model AS
+WITH joined AS (
+    SELECT s.*, a.concept, a.activation
+    FROM concept_scores s
+    JOIN concept_activations a USING (model, dataset, lang, item_id)
+    WHERE a.activation > 0 AND s.correct IS NOT NULL
+),
+agg AS (
+    SELECT population, model, method, structure, sparsity, format,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, concept,
+           count(*) AS support, sum(activation) AS weight,
+           sum(activation * correct::DOUBLE) / sum(activation) AS chi_model
+    FROM joined
+    GROUP BY GROUPING SETS ((population, model, method, structure, sparsity, format, dataset, lang, concept),
+                            (population, model, method, structure, sparsity, format, concept))
+),
+acc AS (
+    SELECT population, model, method, structure, sparsity, format,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
+           count(*) AS n_items, avg(correct::DOUBLE) AS accuracy
+    FROM concept_scores
+    WHERE correct IS NOT NULL
+    GROUP BY GROUPING SETS ((population, model, method, structure, sparsity, format, dataset, lang),
+                            (population, model, method, structure, sparsity, format))
+)
+SELECT a.population, a.model, a.method, a.structure, a.sparsity, a.format, a.dataset, a.lang, a.concept, l.label,
+       a.support, c.n_items, a.weight, a.chi_model, c.accuracy,
+       a.support >= getvariable('min_support') AS supported
+FROM agg a
+JOIN acc c USING (population, model, method, structure, sparsity, format, dataset, lang)
+JOIN concept_labels l USING (model, concept)
+ORDER BY ALL;
+
+-- model_gaps: per population x checkpoint x format x benchmark (and across), the supported
+-- concepts with the lowest chi_model: the bottom under_quantile share of them (at least one),
+-- ties broken by concept id. gap_rank 1 = the weakest.
+CREATE OR REPLACE TABLE model_gaps AS
+WITH ranked AS (
+    SELECT *,
+           row_number() OVER w AS gap_rank,
+           count(*) OVER (PARTITION BY population, model, method, structure, sparsity, format, dataset, lang) AS n_supported
+    FROM chi_model
+    WHERE supported
+    WINDOW w AS (PARTITION BY population, model, method, structure, sparsity, format, dataset, lang
+                 ORDER BY chi_model, concept)
+)
+SELECT population, model, method, structure, sparsity, format, dataset, lang, gap_rank, concept, label,
+       chi_model, accuracy, support, n_supported
+FROM ranked
+WHERE gap_rank <= greatest(1, ceil(getvariable('under_quantile') * n_supported))
+ORDER BY population, model, method, structure, sparsity, format, dataset, lang, gap_rank;
