@@ -30,7 +30,8 @@ run: $(STAMP)
 	@echo "Results:"
 	@echo "  report       results/report.html       (figures with captions; PNGs in results/figures/)"
 	@echo "  database     results/illusion.duckdb   (.venv/bin/python -m benchmark_illusion sql \"SELECT * FROM mc_only\")"
-	@echo "  definitions  docs/metrics.md"
+	@echo "  concepts     .venv/bin/python -m benchmark_illusion concepts   (SAE fit, coverage, gaps, pruning damage)"
+	@echo "  definitions  docs/metrics.md, docs/concepts.md"
 	@echo "  logs         results/generations/<model>/<method>/<structure>/<sparsity>/<dataset>/<lang>.parquet"
 	@echo "  rule logs    logs/"
 	@echo

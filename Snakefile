@@ -25,6 +25,11 @@ include: "workflow/rules/prune.smk"
 include: "workflow/rules/aggregate.smk"
 
 
+if CONCEPTS:
+
+    include: "workflow/rules/concepts.smk"
+
+
 rule all:
     default_target: True
     input:

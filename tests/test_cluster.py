@@ -63,6 +63,10 @@ def test_job_resources_grow_with_size_and_attempt():
         job_resources("train", 1e9)
 
 
+# Rules that run the model: the SLURM profile sends them to GPU nodes.
+GPU_RULES = ("prune", "evaluate", "evaluate_pool", "import_hub_model", "sae", "concept_labels", "concept_activations")
+
+
 def dry_run(tmp_path, *args):
     t0 = time.perf_counter()
     res = subprocess.run([SNAKEMAKE, "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
@@ -80,7 +84,10 @@ def expected_paper_jobs() -> dict[str, int]:
     return {"download_dataset": benchmarks, "build_items": benchmarks, "import_hub_model": models,
             "evaluate_pool": models * benchmarks, "select_items": models * benchmarks,
             "dense_generations": models * benchmarks, "calibration_data": models, "prune": models * checkpoints,
-            "evaluate": models * checkpoints * benchmarks, "aggregate": 1, "figures": 1, "all": 1}
+            "evaluate": models * checkpoints * benchmarks, "aggregate": 1, "figures": 1, "all": 1,
+            # competency gaps: an SAE and labels per model, activations per model x benchmark
+            "sae": models, "concept_labels": models, "concept_activations": models * benchmarks,
+            "competency_gaps": 1, "concept_figures": 1}
 
 
 def test_paper_config_plans_the_whole_grid(tmp_path):
@@ -89,7 +96,8 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     assert res.returncode == 0, out[-3000:]
     jobs = planned_jobs(out)
     assert jobs == expected_paper_jobs()
-    assert sum(jobs.values()) == 1428  # 3 models x 21 benchmarks x (3 methods x 6 sparsities + dense)
+    # 3 models x 21 benchmarks x (3 methods x 6 sparsities + dense), and 71 concept jobs
+    assert sum(jobs.values()) == 1499
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 
@@ -105,9 +113,10 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
         m = re.search(r"resources: (.*)", block)
         if m:
             per_rule.setdefault(name, []).append(m.group(1))
-    assert set(per_rule) >= {"prune", "evaluate", "evaluate_pool", "import_hub_model", "download_dataset", "aggregate"}
+    assert set(per_rule) >= {"prune", "evaluate", "evaluate_pool", "import_hub_model", "download_dataset", "aggregate",
+                             "sae", "concept_labels", "concept_activations", "competency_gaps"}
     for rule, lines in per_rule.items():
-        gpu = rule in ("prune", "evaluate", "evaluate_pool", "import_hub_model")
+        gpu = rule in GPU_RULES
         for line in lines:
             assert ("slurm_partition=gpu" in line) == gpu, (rule, line)
             assert ("gpu=1" in line) == gpu, (rule, line)

@@ -142,6 +142,23 @@ BAD = [
      "calibration.languages[1]", "not a language of any dataset"),
     ("calibration-languages-empty", _set("calibration", "languages", []), "calibration.languages", "non-empty"),
     ("params-b-zero", _set("models", "m", "params_b", 0), "models.m.params_b", "less than or equal"),
+    ("sae-k-above-width", _set("concepts", "sae", {"width": 16, "k": 32}), "concepts.sae.k", "more than"),
+    ("sae-corpus-empty", _set("concepts", "sae", {"corpus": []}), "concepts.sae.corpus", "no text"),
+    ("sae-corpus-unknown", _set("concepts", "sae", {"corpus": ["wiki"]}), "concepts.sae.corpus.0", "not one of"),
+    ("sae-text-file-missing", _set("concepts", "sae", {"text_files": ["nope.txt"]}), "concepts.sae.text_files[0]",
+     "not found"),
+    ("gap-quantiles-crossed", _set("concepts", "gaps", {"under_quantile": 0.6, "over_quantile": 0.5}),
+     "concepts.gaps.under_quantile", "must be below"),
+    ("min-support-zero", _set("concepts", "gaps", {"min_support": 0}), "concepts.gaps.min_support", "minimum"),
+    ("sae-language-not-configured", _set("concepts", "sae", {"languages": ["fr"]}), "concepts.sae.languages[0]",
+     "not a language of any dataset"),
+    ("layer-negative", _set("concepts", "layer", -1), "concepts.layer", "minimum"),
+    ("pretrained-sae-folder-missing", _set("models", "m", "sae", {"path": str(ROOT / "nope")}), "models.m.sae.path",
+     "not found"),
+    ("pretrained-sae-incomplete", _set("models", "m", "sae", {"release": "gemma-scope"}), "models.m.sae.sae_id",
+     "missing"),
+    ("labeler-without-model", _set("concepts", "labels", {"labeler": {"max_concepts": 3}}),
+     "concepts.labels.labeler.model", "missing"),
 ]
 
 

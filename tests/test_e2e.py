@@ -1,7 +1,8 @@
 """End to end on the real bundled model: snakemake download -> items -> dense evaluation ->
 selection -> calibration -> magnitude/Wanda/SparseGPT at two sparsities -> evaluation of every
-checkpoint -> DuckDB and figures, then SQL on the result, re-runs after config changes, and
-jobs killed mid-run.
+checkpoint -> DuckDB and figures, and the competency gaps (SAE -> labels -> concept activations
+-> gap tables -> figures), then SQL on the result, the trained SAE checked independently,
+re-runs after config changes, and jobs killed mid-run.
 
 Where a SLURM cluster answers (or can be started: root, tests/slurm/start-cluster.sh; `.ci/run`
 does so and sets BENCHMARK_ILLUSION_REQUIRE_SLURM=1), the smoke run goes through
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -47,6 +49,12 @@ def smoke_config(tmp: Path) -> Path:
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
         "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64, "languages": ["en", "es"]},
+        # A small SAE (1024 latents, 6 epochs on ~16k tokens; the default is 4096 x 20 epochs), its
+        # item languages pinned like calibration's; gap tables with 3 stability subsamples.
+        "concepts": {"layer": 15,
+                     "sae": {"width": 1024, "k": 32, "epochs": 6, "max_tokens": 16000, "languages": ["en", "es"]},
+                     "labels": {"top_examples": 5},
+                     "gaps": {"min_support": 3, "stability_repeats": 3}},
     }
     path = tmp / "smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -81,7 +89,8 @@ def smoke_run(tmp_path_factory):
     return work, cfg
 
 
-GPU_RULES = {"evaluate_pool", "prune", "evaluate"}
+GPU_RULES = {"evaluate_pool", "prune", "evaluate", "sae", "concept_labels", "concept_activations"}
+CONCEPT_RULES = {"sae", "concept_labels", "concept_activations", "competency_gaps", "concept_figures"}
 
 
 def test_every_job_went_through_slurm_to_its_partition(smoke_run):
@@ -93,9 +102,9 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"])
     assert {rule for _, rule in submitted} == {
         "download_dataset", "build_items", "import_model", "evaluate_pool", "select_items", "dense_generations",
-        "calibration_data", "prune", "evaluate", "aggregate", "figures"}
-    # 33 jobs (2 languages, 6 checkpoints) and one more for the retried evaluate job
-    assert len(submitted) == 2 * 5 + 1 + 1 + 6 + 12 + 2 + 1
+        "calibration_data", "prune", "evaluate", "aggregate", "figures"} | CONCEPT_RULES
+    # 39 jobs (2 languages, 6 checkpoints, 6 concept jobs) and one more for the retried evaluate job
+    assert len(submitted) == 2 * 5 + 1 + 1 + 6 + 12 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
     history = {j["id"]: j for j in squeue_history()}
     for job_id, rule in submitted:
         job = history[job_id]  # slurmctld knows every job id the log names
@@ -138,6 +147,16 @@ def test_every_step_produced_its_files(smoke_run):
                      f"results/generations/smollm2-135m/dense/none/0/sample/{lang}.parquet",
                      f"logs/evaluate_pool/smollm2-135m/sample/{lang}.log"):
             assert (work / path).is_file(), path
+        for path in (f"results/concepts/smollm2-135m/activations/sample/{lang}.parquet",
+                     f"results/concepts/smollm2-135m/activations/sample/{lang}.tokens.parquet",
+                     f"logs/concept_activations/smollm2-135m/sample/{lang}.log"):
+            assert (work / path).is_file(), path
+    for path in ("results/concepts/smollm2-135m/sae/sae/cfg.json",
+                 "results/concepts/smollm2-135m/sae/sae/sae_weights.safetensors",
+                 "results/concepts/smollm2-135m/sae/fit.json", "results/concepts/smollm2-135m/sae/corpus.parquet",
+                 "results/concepts/smollm2-135m/labels.parquet", "logs/sae/smollm2-135m.log",
+                 "results/metrics.duckdb", "logs/competency_gaps.log"):
+        assert (work / path).is_file(), path
     assert (work / "results/illusion.duckdb").is_file()
     # No temporary file survives a successful run.
     assert not [p for p in work.rglob("*.tmp")]
@@ -242,7 +261,8 @@ def test_cli_prints_a_query_result(smoke_run):
 
 METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
                  "selection", "item_outcomes", "rates", "item_values", "bootstrap_units", "bootstrap_weights")
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode")
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode",
+           "concept_coverage", "concept_extremes", "concept_damage")
 
 
 def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
@@ -263,6 +283,134 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     assert decodes == {"beam_top", "beam_any", "sample_pass", "sample_majority", "oneshot", "oracle"}
 
 
+CONCEPT_TABLES = ("concept_activations", "concept_tokens", "concept_labels", "concept_benchmarks", "chi_bench",
+                  "coverage_gaps", "concept_scores", "chi_model", "model_gaps", "concept_damage", "concept_stability")
+
+
+def test_every_concept_table_is_non_empty_and_complete(smoke_run):
+    work, _ = smoke_run
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    for table in CONCEPT_TABLES:
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
+    width = 1024
+    # every latent has a label row; chi_bench has every latent x (2 benchmarks + across)
+    assert con.execute("SELECT count(*) FROM concept_labels").fetchone() == (width,)
+    assert con.execute("SELECT count(*) FROM chi_bench").fetchone() == (3 * width,)
+    # every candidate item of both benchmarks has a token count and at least one active concept
+    items = {lang: pl.read_parquet(work / f"results/items/sample/{lang}.parquet").height for lang in ("en", "es")}
+    got = dict(con.execute("SELECT lang, n_items FROM concept_benchmarks").fetchall())
+    assert got == items
+    assert con.execute("SELECT count(DISTINCT item_id) FROM concept_activations").fetchone() == (sum(items.values()),)
+    # chi_model for every checkpoint x format, per language and pooled; damage for every pruned checkpoint
+    ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
+                           WHERE population = 'selected'""").fetchone()[0]
+    assert ckpts == (1 + len(CHECKPOINTS)) * 3 * 3
+    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM concept_damage").fetchone() == (len(CHECKPOINTS),)
+    assert con.execute("SELECT count(*) FROM model_gaps WHERE population = 'pool'").fetchone()[0] > 0
+    # the gap classes exist, and a concept's class agrees with its chi_bench and the thresholds
+    classes = {r[0] for r in con.execute("SELECT DISTINCT coverage FROM chi_bench WHERE lang <> 'all'").fetchall()}
+    assert {"under", "over", "typical"} <= classes
+    assert con.execute("""SELECT count(*) FROM chi_bench WHERE (coverage = 'under' AND chi_bench > under_threshold)
+                          OR (coverage = 'over' AND chi_bench < over_threshold)
+                          OR (coverage = 'missing' AND n_active > 0)""").fetchone() == (0,)
+    # labels: a label and examples with the marked token for every latent that fires
+    lab = con.execute("""SELECT count(*) FILTER (WHERE label IS NULL OR len(examples) = 0),
+                                count(*) FILTER (WHERE NOT contains(examples[1].context, '[[')) FROM concept_labels
+                         WHERE n_fired > 0""").fetchone()
+    assert lab == (0, 0)
+
+
+def test_concept_stability_on_80_percent_subsamples(smoke_run):
+    """chi_bench and chi_model recomputed on 3 seeded subsamples keeping 80% of each benchmark's items."""
+    work, _ = smoke_run
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    rows = {(r[0], r[1]): r[2:] for r in con.execute(
+        """SELECT metric, scope, n_values, median_abs_change, p90_abs_change, median_rel_change, median_spearman
+           FROM concept_stability WHERE fraction = 0.8 AND repeats = 3""").fetchall()}
+    for (metric, scope), (n, mabs, p90, mrel, rho) in sorted(rows.items()):
+        print(f"stability {metric:9s} {scope:9s}: n={n} median |change| {mabs:.3f} (p90 {p90:.3f}), "
+              f"median relative {mrel:.3f}, median Spearman {rho:.3f}")
+    assert set(rows) == {("chi_bench", "benchmark"), ("chi_bench", "all"), ("chi_model", "benchmark"),
+                         ("chi_model", "all")}
+    # coverage: the ranking of concepts barely moves and values move by a few percent
+    for scope in ("benchmark", "all"):
+        n, mabs, p90, mrel, rho = rows[("chi_bench", scope)]
+        assert rho > 0.95 and mrel < 0.2, rows[("chi_bench", scope)]
+    # performance on <= 10 selected items per language is noisier, but still ordered alike
+    n, mabs, p90, mrel, rho = rows[("chi_model", "all")]
+    assert rho > 0.6 and mabs < 0.15, rows[("chi_model", "all")]
+
+
+def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run):
+    """Recomputed here from the SAE folder and the corpus it stored, not taken from fit.json."""
+    import math
+
+    import torch
+
+    from benchmark_illusion import concepts as C
+    from benchmark_illusion import sae as S
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.prompts import PromptSettings
+
+    work, _ = smoke_run
+    out = work / "results/concepts/smollm2-135m/sae"
+    sae = C.open_sae(out)
+    assert isinstance(sae, S.SparseAutoencoder) and sae.hook_name == "blocks.15.hook_resid_post"
+    corpus = pl.read_parquet(out / "corpus.parquet")
+    assert set(corpus["source"]) == {"items", "calibration"}
+    model, tok = load_checkpoint(work / "resources/models/smollm2-135m")
+    reader = S.ResidualReader(model, sae.hook_name)
+
+    def acts(split):
+        seqs = [list(x) for x in corpus.filter(pl.col("split") == split)["input_ids"].to_list()]
+        return S.read_activations(reader, seqs, batch_size=8, pad_id=tok.pad_token_id, norm_threshold=sae.norm_threshold)
+
+    train, held = acts("train"), acts("heldout")
+    # the extreme-norm first position of every sequence is cut
+    assert math.isfinite(sae.norm_threshold) and held.n_excluded >= (corpus["split"] == "heldout").sum()
+    fit = S.fit_stats(sae, held.acts)
+    pca = S.pca_fve(train.acts, held.acts, 32)
+    stored = json.loads((out / "fit.json").read_text())
+    print(f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, L0 {fit['l0']:.1f}, "
+          f"dead {fit['dead_fraction']:.4f}; PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s")
+    assert fit["fve"] >= 0.6 and fit["fve"] > pca + 0.1 and fit["l0"] <= 32
+    assert fit["fve"] == pytest.approx(stored["fve"], abs=1e-4)
+    again = S.load_sae(out / "sae")
+    assert torch.equal(again.encode(held.acts[:500]), sae.encode(held.acts[:500]))
+    # a_c(x) of one item, by the definition: mean over its passage + question tokens
+    item = pl.read_parquet(work / "results/items/sample/es.parquet").row(0, named=True)
+    ids, keep = C.item_prompt(tok, PromptSettings(), item, "content")
+    h = reader(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
+    mask = torch.tensor(keep) & (h.norm(dim=-1) <= sae.norm_threshold)
+    expected = sae.encode(h[mask]).mean(0)
+    stored_rows = pl.read_parquet(work / "results/concepts/smollm2-135m/activations/sample/es.parquet") \
+        .filter(pl.col("item_id") == item["item_id"])
+    got = torch.zeros(sae.d_sae)
+    got[stored_rows["concept"].to_list()] = torch.tensor(stored_rows["activation"].to_list())
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
+    """models.<name>.sae.path: a folder in SAELens' format, read by SAELens, checked and written back."""
+    import torch
+    from sae_lens import SAE
+
+    from benchmark_illusion import concepts as C
+
+    work, cfg = smoke_run
+    src = work / "results/concepts/smollm2-135m/sae"
+    SAE.load_from_disk(str(src / "sae")).save_model(tmp_path / "published")
+    config = {"seed": 1, "prompt": {"answer_prefix": "Answer:", "chat_template": "auto", "system_prompt": None},
+              "concepts": {"sae": {"corpus": ["items"], "max_tokens": 4000}}}
+    got = C.build_sae(work / "resources/models/smollm2-135m", tmp_path / "out", config,
+                      pretrained={"path": str(tmp_path / "published")},
+                      item_files=[work / "results/items/sample/en.parquet"])
+    assert got["source"] == "pretrained" and got["hook_name"] == "blocks.15.hook_resid_post" and got["fve"] >= 0.6
+    assert (tmp_path / "out/sae/cfg.json").is_file() and (tmp_path / "out/corpus.parquet").is_file()
+    x = torch.randn(10, 576) * 50
+    torch.testing.assert_close(C.open_sae(tmp_path / "out").encode(x), C.open_sae(src).encode(x))
+
+
 def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
     work, cfg = smoke_run
     for name in FIGURES:
@@ -272,7 +420,8 @@ def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
     assert res.returncode == 0, res.stderr[-3000:]
     html = (work / "results/report.html").read_text()
     for caption in ("Accuracy vs sparsity by format", "MC-only rate by language and sparsity",
-                    "Gold first-token rank of MC-only items", "Recovery of MC-only items by decode"):
+                    "Gold first-token rank of MC-only items", "Recovery of MC-only items by decode",
+                    "Benchmark coverage of SAE concepts", "Top and bottom concepts", "Concepts most damaged by pruning"):
         assert caption in html, caption
 
 
@@ -294,7 +443,8 @@ def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
     path.write_text(yaml.safe_dump(changed))
     res = snakemake(work, path, "-n")
     assert res.returncode == 0, res.stderr[-3000:]
-    assert planned_jobs(res.stdout + res.stderr) == {"aggregate": 1, "figures": 1, "all": 1}
+    # the gap tables are copied in beside the metric tables, so they follow
+    assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
 
 
 def test_second_run_has_nothing_to_do(smoke_run):
@@ -315,7 +465,8 @@ def changed_plan(work: Path, cfg: Path, change) -> dict[str, int]:
     return planned_jobs(res.stdout + res.stderr)
 
 
-AGGREGATION = {"aggregate": 1, "figures": 1, "all": 1}
+AGGREGATION = {"aggregate": 1, "figures": 1, "competency_gaps": 1, "concept_figures": 1, "all": 1}
+GAPS = {"competency_gaps": 1, "concept_figures": 1, "all": 1}
 
 
 def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(smoke_run):
@@ -335,8 +486,41 @@ def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
 def test_adding_a_language_runs_only_its_chain(smoke_run):
     work, cfg = smoke_run
     plan = changed_plan(work, cfg, lambda c: c["datasets"]["sample"]["languages"].append("de"))
+    # concepts.sae.languages is pinned: the SAE stays, the new language only gets its activations
     assert plan == {"download_dataset": 1, "build_items": 1, "evaluate_pool": 1, "select_items": 1,
-                    "dense_generations": 1, "evaluate": len(CHECKPOINTS), **AGGREGATION}
+                    "dense_generations": 1, "evaluate": len(CHECKPOINTS), "concept_activations": 1, **AGGREGATION}
+
+
+def test_gap_settings_change_reruns_only_the_gap_tables(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["concepts"]["gaps"].update(min_support=4, over_quantile=0.8))
+    assert plan == GAPS
+
+
+def test_label_settings_change_reruns_labels_and_gap_tables_only(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["concepts"]["labels"].update(top_examples=7))
+    assert plan == {"concept_labels": 1, **GAPS}
+
+
+def test_sae_settings_change_retrains_the_sae_and_what_reads_it(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["concepts"]["sae"].update(epochs=7))
+    assert plan == {"sae": 1, "concept_labels": 1, "concept_activations": 2, **GAPS}
+
+
+def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(smoke_run):
+    work, cfg = smoke_run
+    edited = yaml.safe_load(cfg.read_text())
+    edited["concepts"]["enabled"] = False
+    path = work / "off.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    res = snakemake(work, path, "-n", "--forceall")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    plan = planned_jobs(out)
+    assert not CONCEPT_RULES & set(plan) and plan["aggregate"] == 1
+    assert "output: results/illusion.duckdb" in out
 
 
 def session_processes(sid: int) -> list[tuple[int, str]]:

@@ -5,6 +5,8 @@
   python -m benchmark_illusion tables                            # what the database holds
   python -m benchmark_illusion summary                           # one line per checkpoint, languages pooled
   python -m benchmark_illusion summary --by-lang                 # one line per checkpoint and language
+  python -m benchmark_illusion concepts                          # SAE fit, best/least covered concepts,
+                                                                 # the dense model's gaps, pruning damage
 """
 
 from __future__ import annotations
@@ -43,6 +45,39 @@ ORDER BY m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang
 """
 
 
+CONCEPT_SQL = {
+    "SAE fit (held-out positions)": """
+        SELECT model, source, hook_name, d_sae, k, round(fve, 3) AS fve, round(l0, 1) AS l0,
+               round(dead_fraction, 4) AS dead_fraction, round(pca_fve_same_k, 3) AS pca_fve_same_k,
+               corpus_tokens, seconds
+        FROM concept_sae ORDER BY model""",
+    "Best covered concepts (chi_bench across benchmarks)": """
+        SELECT model, concept, label, round(chi_bench, 3) AS chi_bench, n_active, n_items FROM chi_bench
+        WHERE dataset = 'all' AND n_active > 0
+        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_bench DESC, concept) <= {n}
+        ORDER BY model, chi_bench DESC""",
+    "Least covered active concepts (chi_bench across benchmarks)": """
+        SELECT model, concept, label, round(chi_bench, 4) AS chi_bench, n_active, n_items FROM chi_bench
+        WHERE dataset = 'all' AND n_active > 0
+        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_bench, concept) <= {n}
+        ORDER BY model, chi_bench""",
+    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)": """
+        SELECT model, concept, label, round(chi_model, 3) AS chi_model, round(accuracy, 3) AS accuracy, support
+        FROM chi_model WHERE population = 'pool' AND format = 'open' AND dataset = 'all' AND supported
+        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_model, concept) <= {n}
+        ORDER BY model, chi_model""",
+    "Most damaged concepts per method (mean open chi_model drop over its unstructured sparsities)": """
+        SELECT model, method, concept, any_value(label) AS label, round(avg(drop_open), 3) AS drop_open,
+               round(avg(drop_mc), 3) AS drop_mc, round(avg(demoted_rate), 3) AS demoted,
+               round(avg(erased_rate), 3) AS erased, min(support) AS support
+        FROM concept_damage WHERE dataset = 'all' AND supported AND structure = 'unstructured'
+        GROUP BY model, method, concept
+        QUALIFY row_number() OVER (PARTITION BY model, method ORDER BY avg(drop_open) DESC, min(support) DESC,
+                                   concept) <= {n}
+        ORDER BY model, method, drop_open DESC""",
+}
+
+
 def _open(db: str):
     """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
     from .aggregate import connect
@@ -76,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("summary", help="accuracy per format, Delta_PR, MC-only rate, demoted/erased per checkpoint")
     s.add_argument("--by-lang", action="store_true", help="one line per language instead of pooled")
     s.add_argument("--csv", action="store_true")
+    c = sub.add_parser("concepts", help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage")
+    c.add_argument("-n", type=int, default=5, help="concepts per list (default 5)")
     args = parser.parse_args(argv)
 
     try:
@@ -97,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
                 except duckdb.Error as e:  # a view whose Parquet files moved or were deleted
                     n = f"unreadable: {str(e).splitlines()[0][:80]}"
                 print(f"{name:32s} {kind.lower():12s} {n}")
+        elif args.cmd == "concepts":
+            for title, sql in CONCEPT_SQL.items():
+                print(title)
+                _print(con.sql(sql.format(n=int(args.n))), False, 10_000)
         else:
             where = "m.lang <> 'all'" if args.by_lang else "m.lang = 'all'"
             lang_cols = "m.dataset, m.lang, " if args.by_lang else ""

@@ -36,6 +36,11 @@ PLAN = {
     "evaluate": (1.5, 6, 12, 20),  # one benchmark (language) of one checkpoint, all decodes
     "prune": (2.5, 8, 15, 30),  # weights, a pruned copy per block, calibration activations, H
     "calibration": (0.0, 8, 0, 60),  # tokenizer only; C4 streaming dominates
+    # SAE training: the model + the activation buffer (concepts.sae.buffer_tokens x hidden size x
+    # 4 bytes: 16 GB for 1M tokens of a 4096-wide 8B model, ~1 GB per GB of bf16 weights) + the
+    # SAE and its Adam state
+    "sae": (2.0, 8, 20, 60),
+    "concepts": (1.5, 6, 8, 20),  # labels (one corpus pass) or one benchmark's activations
 }
 
 

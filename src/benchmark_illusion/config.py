@@ -132,8 +132,47 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
             errors.append(f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
                           f"(configured: {', '.join(sorted(configured))})")
     errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
+    errors += _concept_errors(config, root)
     if not errors:
         errors += _heldout_size_errors(config, root)
+    return errors
+
+
+def _concept_errors(config: dict, root: Path) -> list[str]:
+    """concepts: settings that contradict each other, files that do not exist, a missing SAELens."""
+    import importlib.util
+
+    c = config.get("concepts") or {}
+    if not c.get("enabled", True):
+        return []
+    errors = []
+    sae = c.get("sae") or {}
+    if sae.get("k", 32) > sae.get("width", 4096):
+        errors.append(f"concepts.sae.k: {sae['k']} active latents per token is more than concepts.sae.width "
+                      f"({sae.get('width', 4096)})")
+    if not (sae.get("corpus", ["items", "calibration"]) or sae.get("text_files")):
+        errors.append("concepts.sae.corpus: empty and no concepts.sae.text_files: the SAE has no text to train on")
+    configured = {lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])}
+    for i, lang in enumerate(sae.get("languages") or []):
+        if lang not in configured:
+            errors.append(f"concepts.sae.languages[{i}]: language {lang!r} is not a language of any dataset "
+                          f"(configured: {', '.join(sorted(configured))})")
+    for i, f in enumerate(sae.get("text_files") or []):
+        if not (root / f).is_file():
+            errors.append(f"concepts.sae.text_files[{i}]: file not found: {f}")
+    gaps = c.get("gaps") or {}
+    if gaps.get("under_quantile", 0.1) >= gaps.get("over_quantile", 0.9):
+        errors.append(f"concepts.gaps.under_quantile: {gaps.get('under_quantile', 0.1)} must be below "
+                      f"concepts.gaps.over_quantile ({gaps.get('over_quantile', 0.9)})")
+    for name, m in config.get("models", {}).items():
+        spec = m.get("sae")
+        if not spec:
+            continue
+        if importlib.util.find_spec("sae_lens") is None:
+            errors.append(f"models.{name}.sae: a pretrained SAE is loaded with SAELens, which is not installed "
+                          "(pip install 'benchmark-illusion[sae]')")
+        if spec.get("path") and not (root / spec["path"]).is_dir():
+            errors.append(f"models.{name}.sae.path: SAE folder not found: {spec['path']}")
     return errors
 
 

@@ -247,3 +247,150 @@ def make_figures(db_path: str | Path, out_dir: str | Path) -> list[Path]:
     finally:
         con.close()
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# Concept figures (tables of workflow/sql/concepts/, docs/concepts.md)
+
+CONCEPT_FIGURES = ("concept_coverage", "concept_extremes", "concept_damage")
+
+
+def _concept_name(row: dict, width: int = 34) -> str:
+    label = row.get("label") or "(never fires)"
+    text = f"#{row['concept']} {label}"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str) -> None:
+    if df.height == 0:
+        _empty(ax, "no concept with enough support")
+        ax.set_title(title, fontsize=10)
+        return
+    rows = df.to_dicts()
+    y = list(range(len(rows)))[::-1]
+    ax.barh(y, [r[value] for r in rows], color=color, alpha=0.8)
+    ax.set_yticks(y)
+    ax.set_yticklabels([_concept_name(r) for r in rows], fontsize=7)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+
+
+def concept_coverage(con, path: Path) -> None:
+    """Distribution of chi_bench over the active concepts, per benchmark and across (log x)."""
+    import numpy as np
+
+    df = con.sql("SELECT * FROM chi_bench").pl()
+    models = sorted(df["model"].unique().to_list())
+    fig, axes = _grid(len(models), 1, width=8.0, height=3.8)
+    for r, model in enumerate(models):
+        ax = axes[r][0]
+        d = df.filter(pl.col("model") == model)
+        active = d.filter((pl.col("n_active") > 0) & (pl.col("chi_bench") > 0))
+        if active.height == 0:
+            _empty(ax, f"{model}: no active concept")
+            continue
+        lo, hi = float(active["chi_bench"].min()), float(active["chi_bench"].max())
+        bins = np.logspace(np.log10(lo) - 0.05, np.log10(hi) + 0.05, 40)
+        benchmarks = d.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
+        for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
+            b = d.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang))
+            missing = int((b["n_active"] == 0).sum())
+            vals = b.filter(pl.col("n_active") > 0)["chi_bench"].to_numpy()
+            ax.hist(vals[vals > 0], bins=bins, histtype="step", color=f"C{i % 10}", alpha=0.8,
+                    label=f"{dataset}/{lang} (missing: {missing})")
+        a = d.filter(pl.col("lang") == "all")
+        vals = a.filter(pl.col("n_active") > 0)["chi_bench"].to_numpy()
+        ax.hist(vals[vals > 0], bins=bins, histtype="step", color="k", linewidth=2,
+                label=f"across benchmarks (missing: {int((a['n_active'] == 0).sum())})")
+        for col, style in (("under_threshold", "under-represented below"), ("over_threshold", "over-represented above")):
+            t = a[col].drop_nulls()
+            if len(t):
+                ax.axvline(float(t[0]), color="0.4", linestyle="--", linewidth=1)
+                ax.annotate(f"{style}\n{float(t[0]):.2f}", (float(t[0]), 1), xycoords=("data", "axes fraction"),
+                            xytext=(3, -22), textcoords="offset points", fontsize=7, color="0.3")
+        ax.set_xscale("log")
+        ax.set_xlabel("chi_bench (benchmark coverage of the concept; 1 = an average concept; log scale)")
+        ax.set_ylabel("concepts")
+        ax.set_title(f"{model}: {len(a)} SAE concepts", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    fig.suptitle("How well the benchmarks cover each concept (chi_bench distribution over active concepts)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def concept_extremes(con, path: Path) -> None:
+    """Top and bottom concepts by chi_bench (across benchmarks) and by the dense model's chi_model."""
+    bench = con.sql("SELECT * FROM chi_bench WHERE dataset = 'all' AND n_active > 0").pl()
+    model_df = con.sql("""SELECT * FROM chi_model WHERE dataset = 'all' AND method = 'dense' AND format = 'open'
+                          AND supported AND population = 'pool'""").pl()
+    models = sorted(bench["model"].unique().to_list())
+    fig, axes = _grid(len(models), 4, width=4.6, height=4.2)
+    n = 10
+    for r, model in enumerate(models):
+        b = bench.filter(pl.col("model") == model)
+        m = model_df.filter(pl.col("model") == model)
+        _bars(axes[r][0], b.sort(["chi_bench", "concept"], descending=[True, False]).head(n), "chi_bench",
+              f"{model}: best covered", "chi_bench (across benchmarks)", "tab:green")
+        _bars(axes[r][1], b.sort(["chi_bench", "concept"]).head(n), "chi_bench",
+              f"{model}: least covered (active)", "chi_bench (across benchmarks)", "tab:red")
+        _bars(axes[r][2], m.sort(["chi_model", "concept"], descending=[True, False]).head(n), "chi_model",
+              f"{model}: dense model strongest", "chi_model (open, dense, pool items)", "tab:blue")
+        _bars(axes[r][3], m.sort(["chi_model", "concept"]).head(n), "chi_model",
+              f"{model}: dense model weakest (gaps)", "chi_model (open, dense, pool items)", "tab:orange")
+        for ax in axes[r][2:]:
+            ax.set_xlim(0, 1.02)
+    fig.suptitle("Top and bottom concepts: benchmark coverage (chi_bench) and dense-model performance (chi_model)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def concept_damage(con, path: Path) -> None:
+    """Per method: the concepts whose open chi_model drops most, on average over the method's
+    unstructured sparsities (a concept hit early ranks above one lost only at the end)."""
+    df = con.sql("""SELECT model, method, concept, any_value(label) AS label, min(support) AS support,
+                           count(*) AS n_checkpoints, min(sparsity) AS s_min, max(sparsity) AS s_max,
+                           avg(drop_open) AS drop_open, avg(drop_mc) AS drop_mc,
+                           avg(demoted_rate) AS demoted_rate, avg(erased_rate) AS erased_rate
+                    FROM concept_damage
+                    WHERE dataset = 'all' AND supported AND structure = 'unstructured'
+                    GROUP BY model, method, concept""").pl()
+    models = sorted(con.sql("SELECT DISTINCT model FROM chi_bench").pl()["model"].to_list())
+    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    n = 12
+    for ax, model, method, d in panels:
+        m = d.filter(pl.col("method") == method).sort(["drop_open", "support", "concept"],
+                                                      descending=[True, True, False]).head(n)
+        if m.height == 0:
+            _empty(ax, "no concept with enough support")
+            continue
+        rows = m.to_dicts()
+        y = list(range(len(rows)))[::-1]
+        ax.barh([v + 0.2 for v in y], [r["drop_open"] for r in rows], height=0.4, color="tab:red", label="open")
+        ax.barh([v - 0.2 for v in y], [r["drop_mc"] for r in rows], height=0.4, color="tab:blue", label="mc")
+        ax.set_yticks(y)
+        ax.set_yticklabels([f"{_concept_name(r, 26)}  d{r['demoted_rate']:.2f} e{r['erased_rate']:.2f}"
+                            for r in rows], fontsize=7)
+        ax.set_xlim(min(0.0, float(m["drop_mc"].min() or 0)) - 0.02, 1.02)
+        ax.set_xlabel("chi_model drop, dense - pruned (mean over sparsities)")
+        ax.set_title(f"{model}: {method}, sparsity {rows[0]['s_min']:g}-{rows[0]['s_max']:g}", fontsize=10)
+        ax.grid(alpha=0.3, axis="x")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("Concepts most damaged by pruning: chi_model drop in open vs mc "
+                 "(d / e: weighted share of items demoted / erased)", fontsize=12)
+    _save(fig, path)
+
+
+def make_concept_figures(db_path: str | Path, out_dir: str | Path) -> list[Path]:
+    """Write the concept figures into out_dir as {name}.png; return their paths."""
+    con = connect(db_path)
+    out = []
+    try:
+        for name in CONCEPT_FIGURES:
+            path = Path(out_dir) / f"{name}.png"
+            globals()[name](con, path)
+            out.append(path)
+    finally:
+        con.close()
+    return out

@@ -5,7 +5,7 @@ rule aggregate:
         pool=pool_files(),
         sql=sql_files(),
     output:
-        "results/illusion.duckdb",
+        METRICS_DB,
     log:
         "logs/aggregate.log",
     resources:

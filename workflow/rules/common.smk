@@ -74,9 +74,12 @@ def get_extractive(wildcards):
 
 
 def get_model_config(wildcards):
-    """The config of model {model}, without params_b (it only sizes cluster jobs)."""
+    """The config of model {model}, without params_b (it only sizes cluster jobs) and sae (it
+    only concerns the concept rules)."""
     return {
-        k: v for k, v in config["models"][wildcards.model].items() if k != "params_b"
+        k: v
+        for k, v in config["models"][wildcards.model].items()
+        if k not in ("params_b", "sae")
     }
 
 
@@ -268,6 +271,18 @@ def get_metric_settings():
     }
 
 
+CONCEPTS = config["concepts"]["enabled"]
+# With concepts on, `aggregate` writes the metric tables to results/metrics.duckdb and
+# `competency_gaps` adds the concept tables in results/illusion.duckdb; otherwise `aggregate`
+# writes results/illusion.duckdb itself.
+METRICS_DB = "results/metrics.duckdb" if CONCEPTS else "results/illusion.duckdb"
+CONCEPT_FIGURES = [
+    "results/figures/concept_coverage.png",
+    "results/figures/concept_extremes.png",
+    "results/figures/concept_damage.png",
+]
+
+
 def get_final_output():
     """Targets of `rule all`: the database and the figures (the report is built from them)."""
     return [
@@ -276,4 +291,71 @@ def get_final_output():
         "results/figures/mc_only_by_language.png",
         "results/figures/gold_rank_cdf.png",
         "results/figures/recovery_by_decode.png",
+    ] + (CONCEPT_FIGURES if CONCEPTS else [])
+
+
+def get_sae_input(wildcards):
+    """The dense model, the item files (their prompts) and the calibration windows, as far as
+    concepts.sae.corpus uses them."""
+    corpus = config["concepts"]["sae"]["corpus"]
+    only = config["concepts"]["sae"].get("languages")
+    inputs = {"model": f"resources/models/{wildcards.model}"}
+    if "items" in corpus:
+        inputs["item_tables"] = [
+            f"results/items/{d}/{l}.parquet"
+            for d, l in dataset_langs()
+            if only is None or l in only
+        ]
+    if "calibration" in corpus:
+        inputs["calibration"] = f"results/calibration/{wildcards.model}.safetensors"
+    return inputs
+
+
+def get_sae_params(wildcards):
+    """What decides the SAE: the settings, the prompt (item prompts are corpus text), the seed,
+    and the pretrained SAE if the model names one."""
+    c = config["concepts"]
+    return {
+        "seed": config["seed"],
+        "prompt": config["prompt"],
+        # sae.languages acts through the input files (pinned, a new language keeps the SAE)
+        "concepts": {
+            "layer": c["layer"],
+            "sae": {k: v for k, v in c["sae"].items() if k != "languages"},
+            "batch_size": c["batch_size"],
+        },
+        "pretrained": config["models"][wildcards.model].get("sae"),
+    }
+
+
+def get_concept_params():
+    """What decides labels and per-item activations (the SAE acts through its input folder)."""
+    c = config["concepts"]
+    return {
+        "seed": config["seed"],
+        "prompt": config["prompt"],
+        "concepts": {k: c[k] for k in ("tokens", "batch_size", "labels")},
+    }
+
+
+def concept_activation_files(suffix=""):
+    """Per-item concept activations of every model x benchmark (.tokens: token counts)."""
+    return [
+        f"results/concepts/{m}/activations/{d}/{l}{suffix}.parquet"
+        for m in MODELS
+        for d, l in dataset_langs()
     ]
+
+
+def concept_sql_files():
+    """The competency-gap definitions, run in name order."""
+    return sorted(
+        glob.glob(
+            str(Path(workflow.basedir) / "workflow" / "sql" / "concepts" / "*.sql")
+        )
+    )
+
+
+def get_gap_settings():
+    """Quantiles, minimum support and stability subsamples of the gap tables."""
+    return {"seed": config["seed"], **config["concepts"]["gaps"]}

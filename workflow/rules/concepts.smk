@@ -1,0 +1,113 @@
+# Competency gaps (docs/concepts.md): an SAE on the dense model's residual stream, labels of its
+# latents, per-item concept activations, and the gap tables next to the metric tables.
+# Only included rules run when concepts.enabled is true (the default).
+
+
+rule sae:
+    input:
+        unpack(get_sae_input),
+    output:
+        directory("results/concepts/{model}/sae"),
+    log:
+        "logs/sae/{model}.log",
+    benchmark:
+        "logs/benchmarks/sae/{model}.tsv"
+    threads: 4  # capped at --cores locally; profiles may set-threads
+    resources:
+        mem_mb=sized("sae", "mem_mb"),
+        runtime=sized("sae", "runtime"),
+    params:
+        config=get_sae_params,
+    script:
+        "../scripts/sae.py"
+
+
+rule concept_labels:
+    input:
+        sae="results/concepts/{model}/sae",
+        model="resources/models/{model}",
+    output:
+        "results/concepts/{model}/labels.parquet",
+    log:
+        "logs/concept_labels/{model}.log",
+    benchmark:
+        "logs/benchmarks/concept_labels/{model}.tsv"
+    threads: 4
+    resources:
+        mem_mb=sized("concepts", "mem_mb"),
+        runtime=sized("concepts", "runtime"),
+    params:
+        config=get_concept_params(),
+    script:
+        "../scripts/concept_labels.py"
+
+
+rule concept_activations:
+    input:
+        sae="results/concepts/{model}/sae",
+        model="resources/models/{model}",
+        item_table="results/items/{dataset}/{lang}.parquet",
+    output:
+        activations="results/concepts/{model}/activations/{dataset}/{lang}.parquet",
+        tokens="results/concepts/{model}/activations/{dataset}/{lang}.tokens.parquet",
+    log:
+        "logs/concept_activations/{model}/{dataset}/{lang}.log",
+    benchmark:
+        "logs/benchmarks/concept_activations/{model}/{dataset}/{lang}.tsv"
+    threads: 4
+    resources:
+        mem_mb=sized("concepts", "mem_mb"),
+        runtime=sized("concepts", "runtime"),
+    params:
+        config=get_concept_params(),
+    script:
+        "../scripts/concept_activations.py"
+
+
+rule competency_gaps:
+    input:
+        db="results/metrics.duckdb",
+        activations=concept_activation_files(),
+        tokens=concept_activation_files(".tokens"),
+        labels=expand("results/concepts/{model}/labels.parquet", model=MODELS),
+        sae=expand("results/concepts/{model}/sae", model=MODELS),
+        sql=concept_sql_files(),
+    output:
+        "results/illusion.duckdb",
+    log:
+        "logs/competency_gaps.log",
+    resources:
+        mem_mb=aggregate_sized("mem_mb"),
+        runtime=aggregate_sized("runtime"),
+    params:
+        gaps=get_gap_settings(),
+    script:
+        "../scripts/competency_gaps.py"
+
+
+rule concept_figures:
+    input:
+        "results/illusion.duckdb",
+    output:
+        report(
+            CONCEPT_FIGURES[0],
+            caption="../report/concept_coverage.rst",
+            category="Concepts",
+            labels={"figure": "5 concept coverage"},
+        ),
+        report(
+            CONCEPT_FIGURES[1],
+            caption="../report/concept_extremes.rst",
+            category="Concepts",
+            labels={"figure": "6 top and bottom concepts"},
+        ),
+        report(
+            CONCEPT_FIGURES[2],
+            caption="../report/concept_damage.rst",
+            category="Concepts",
+            labels={"figure": "7 concepts damaged by pruning"},
+        ),
+    log:
+        "logs/concept_figures.log",
+    script:
+        "../scripts/concept_figures.py"

@@ -1,0 +1,17 @@
+from pathlib import Path
+
+from benchmark_illusion import competency, logs
+
+logs.to_file(snakemake.log[0])
+# results/concepts/{model}/sae: the model is the folder above
+fits = {Path(d).parent.name: str(Path(d) / "fit.json") for d in snakemake.input.sae}
+competency.build_gaps_database(
+    snakemake.input.db,
+    snakemake.output[0],
+    activations=list(snakemake.input.activations),
+    tokens=list(snakemake.input.tokens),
+    labels=list(snakemake.input.labels),
+    sql_files=list(snakemake.input.sql),
+    settings=competency.GapSettings(**snakemake.params.gaps),
+    sae_fits=fits,
+)

@@ -1,0 +1,15 @@
+import torch
+
+from benchmark_illusion import concepts, logs
+from benchmark_illusion.models import resolve_device
+
+logs.to_file(snakemake.log[0])
+torch.set_num_threads(snakemake.threads)
+concepts.concept_labels_file(
+    snakemake.input.sae,
+    snakemake.input.model,
+    snakemake.output[0],
+    snakemake.params.config,
+    model=snakemake.wildcards.model,
+    device=resolve_device(snakemake.config["evaluation"]["device"]),
+)

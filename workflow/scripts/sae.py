@@ -1,0 +1,17 @@
+import torch
+
+from benchmark_illusion import concepts, logs
+from benchmark_illusion.models import resolve_device
+
+logs.to_file(snakemake.log[0])
+torch.set_num_threads(snakemake.threads)
+p = snakemake.params.config  # exactly what decides the SAE (a change re-runs this rule)
+concepts.build_sae(
+    snakemake.input.model,
+    snakemake.output[0],
+    p,
+    item_files=snakemake.input.get("item_tables", []),
+    calibration=snakemake.input.get("calibration") or None,
+    pretrained=p["pretrained"],
+    device=resolve_device(snakemake.config["evaluation"]["device"]),
+)
