@@ -19,7 +19,8 @@ rule aggregate:
 
 rule figures:
     input:
-        "results/illusion.duckdb",
+        # the metric tables only: a change of concept settings does not redraw these
+        METRICS_DB,
     output:
         report(
             "results/figures/accuracy_vs_sparsity.png",
