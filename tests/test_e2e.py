@@ -491,22 +491,21 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
                     "dense_generations": 1, "evaluate": len(CHECKPOINTS), "concept_activations": 1, **AGGREGATION}
 
 
-def test_gap_settings_change_reruns_only_the_gap_tables(smoke_run):
+@pytest.mark.parametrize("section,change,reruns", [
+    ("gaps", {"min_support": 4, "over_quantile": 0.8}, {}),
+    ("labels", {"top_examples": 7}, {"concept_labels": 1}),
+    ("sae", {"epochs": 7}, {"sae": 1, "concept_labels": 1, "concept_activations": 2}),
+], ids=["gaps", "labels", "sae"])
+def test_concept_setting_change_reruns_only_what_reads_it(smoke_run, section, change, reruns):
     work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["concepts"]["gaps"].update(min_support=4, over_quantile=0.8))
-    assert plan == GAPS
+    plan = changed_plan(work, cfg, lambda c: c["concepts"][section].update(change))
+    assert plan == {**reruns, **GAPS}
 
 
-def test_label_settings_change_reruns_labels_and_gap_tables_only(smoke_run):
+def test_item_token_setting_change_reruns_activations_not_the_sae(smoke_run):
     work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["concepts"]["labels"].update(top_examples=7))
-    assert plan == {"concept_labels": 1, **GAPS}
-
-
-def test_sae_settings_change_retrains_the_sae_and_what_reads_it(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["concepts"]["sae"].update(epochs=7))
-    assert plan == {"sae": 1, "concept_labels": 1, "concept_activations": 2, **GAPS}
+    plan = changed_plan(work, cfg, lambda c: c["concepts"].update(tokens="prompt"))
+    assert plan == {"concept_activations": 2, **GAPS}
 
 
 def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(smoke_run):

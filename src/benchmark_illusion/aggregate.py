@@ -58,22 +58,24 @@ class MetricSettings:
                    ci_level=float(m.get("ci_level", cls.ci_level)))
 
 
-def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str],
-                  settings: MetricSettings | None = None) -> None:
-    """Run each metric file in name order; each defines its tables with CREATE OR REPLACE.
-
-    The files read their parameters with getvariable(): bootstrap_seed, bootstrap_replicates,
-    ci_level.
-    """
-    s = settings or MetricSettings()
-    if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
-        raise ValueError(f"metrics: bootstrap_replicates must be >= 1 and ci_level in (0, 1), got {s}")
-    con.execute(f"SET VARIABLE bootstrap_seed = {int(s.seed)}")
-    con.execute(f"SET VARIABLE bootstrap_replicates = {int(s.bootstrap_replicates)}")
-    con.execute(f"SET VARIABLE ci_level = {float(s.ci_level)!r}")
+def run_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dict[str, int | float]) -> None:
+    """Set the DuckDB variables the files read with getvariable(), then run each file in name
+    order (each defines its tables with CREATE OR REPLACE)."""
+    for name, value in variables.items():
+        con.execute(f"SET VARIABLE {name} = {value!r}")
     for f in sorted(sql_files, key=lambda p: Path(p).name):
         log.info("running %s", f)
         con.execute(Path(f).read_text())
+
+
+def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str],
+                  settings: MetricSettings | None = None) -> None:
+    """Run the metric files with their parameters: bootstrap_seed, bootstrap_replicates, ci_level."""
+    s = settings or MetricSettings()
+    if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
+        raise ValueError(f"metrics: bootstrap_replicates must be >= 1 and ci_level in (0, 1), got {s}")
+    run_sql(con, sql_files, {"bootstrap_seed": int(s.seed), "bootstrap_replicates": int(s.bootstrap_replicates),
+                             "ci_level": float(s.ci_level)})
 
 
 def build_database(db_path: str | Path, generations: list[str], selected: list[str], pool: list[str],

@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from .aggregate import _file_list
+from .aggregate import _file_list, run_sql
 from .io import atomic_path
 
 log = logging.getLogger("benchmark_illusion")
@@ -76,13 +76,11 @@ def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
 
 
 def run_concept_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings) -> None:
+    """Run the concept files with their parameters: under_quantile, over_quantile, min_support."""
     settings.check()
-    con.execute(f"SET VARIABLE under_quantile = {float(settings.under_quantile)!r}")
-    con.execute(f"SET VARIABLE over_quantile = {float(settings.over_quantile)!r}")
-    con.execute(f"SET VARIABLE min_support = {int(settings.min_support)}")
-    for f in sorted(sql_files, key=lambda p: Path(p).name):
-        log.info("running %s", f)
-        con.execute(Path(f).read_text())
+    run_sql(con, sql_files, {"under_quantile": float(settings.under_quantile),
+                             "over_quantile": float(settings.over_quantile),
+                             "min_support": int(settings.min_support)})
 
 
 def _subsample_views(con: duckdb.DuckDBPyConnection, schema: str, repeat: int, settings: GapSettings) -> None:

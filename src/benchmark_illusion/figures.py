@@ -235,12 +235,13 @@ def recovery_by_decode(con, path: Path) -> None:
     _save(fig, path)
 
 
-def make_figures(db_path: str | Path, out_dir: str | Path) -> list[Path]:
-    """Write every figure into out_dir as {name}.png; return their paths."""
+def make_figures(db_path: str | Path, out_dir: str | Path, names: tuple[str, ...] = FIGURES) -> list[Path]:
+    """Write the named figures (default: the metric figures; CONCEPT_FIGURES for the concept ones)
+    into out_dir as {name}.png; return their paths."""
     con = connect(db_path)
     out = []
     try:
-        for name in FIGURES:
+        for name in names:
             path = Path(out_dir) / f"{name}.png"
             globals()[name](con, path)
             out.append(path)
@@ -380,17 +381,3 @@ def concept_damage(con, path: Path) -> None:
     fig.suptitle("Concepts most damaged by pruning: chi_model drop in open vs mc "
                  "(d / e: weighted share of items demoted / erased)", fontsize=12)
     _save(fig, path)
-
-
-def make_concept_figures(db_path: str | Path, out_dir: str | Path) -> list[Path]:
-    """Write the concept figures into out_dir as {name}.png; return their paths."""
-    con = connect(db_path)
-    out = []
-    try:
-        for name in CONCEPT_FIGURES:
-            path = Path(out_dir) / f"{name}.png"
-            globals()[name](con, path)
-            out.append(path)
-    finally:
-        con.close()
-    return out

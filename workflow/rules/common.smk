@@ -328,13 +328,18 @@ def get_sae_params(wildcards):
     }
 
 
-def get_concept_params():
-    """What decides labels and per-item activations (the SAE acts through its input folder)."""
+def get_label_params():
+    """What decides the labels (the SAE and its corpus act through the input folder)."""
+    c = config["concepts"]
+    return {"concepts": {"batch_size": c["batch_size"], "labels": c["labels"]}}
+
+
+def get_activation_params():
+    """What decides the per-item activations: the prompt and which of its tokens count."""
     c = config["concepts"]
     return {
-        "seed": config["seed"],
         "prompt": config["prompt"],
-        "concepts": {k: c[k] for k in ("tokens", "batch_size", "labels")},
+        "concepts": {"tokens": c["tokens"], "batch_size": c["batch_size"]},
     }
 
 

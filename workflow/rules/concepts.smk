@@ -37,7 +37,7 @@ rule concept_labels:
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),
     params:
-        config=get_concept_params(),
+        config=get_label_params(),
     script:
         "../scripts/concept_labels.py"
 
@@ -59,7 +59,7 @@ rule concept_activations:
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),
     params:
-        config=get_concept_params(),
+        config=get_activation_params(),
     script:
         "../scripts/concept_activations.py"
 
