@@ -42,7 +42,7 @@ dry-run: $(STAMP)
 	$(BIN)/snakemake -n --cores $(CORES) --configfile $(CONFIG)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint --cores 1

@@ -198,3 +198,16 @@ def test_gaps_database_keeps_the_metric_tables(tmp_path):
             "concept_damage", "concept_stability", "concept_activations", "concept_labels"} <= tables
     assert out.execute("SELECT count(*) FROM concept_stability").fetchone()[0] > 0
     assert stage.is_file()  # the metric database is left as it was
+
+
+def test_concept_figures_render_from_the_gap_tables(tmp_path, con):
+    from benchmark_illusion.figures import CONCEPT_FIGURES, make_figures
+
+    db = tmp_path / "illusion.duckdb"
+    con.execute(f"ATTACH '{db}' AS out")
+    con.execute("COPY FROM DATABASE memory TO out")
+    con.execute("DETACH out")
+    written = make_figures(db, tmp_path / "fig", CONCEPT_FIGURES)
+    assert [p.name for p in written] == [f"{n}.png" for n in CONCEPT_FIGURES]
+    for p in written:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000

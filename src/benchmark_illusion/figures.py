@@ -270,6 +270,9 @@ def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str)
     rows = df.to_dicts()
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [r[value] for r in rows], color=color, alpha=0.8)
+    for v, r in zip(y, rows):  # the value at the bar's end, so a 0 reads as 0 and not as missing
+        ax.annotate(f"{r[value]:.3g}", (r[value], v), xytext=(2, -3), textcoords="offset points", fontsize=6,
+                    color="0.2")
     ax.set_yticks(y)
     ax.set_yticklabels([_concept_name(r) for r in rows], fontsize=7)
     ax.set_xlabel(xlabel)
