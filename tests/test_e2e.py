@@ -49,10 +49,10 @@ def smoke_config(tmp: Path) -> Path:
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
         "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64, "languages": ["en", "es"]},
-        # A small SAE (1024 latents, 6 epochs on ~16k tokens; the default is 4096 x 20 epochs), its
+        # A small SAE (1024 latents, 8 epochs on ~12k tokens; the default is 4096 x 20 epochs), its
         # item languages pinned like calibration's; gap tables with 3 stability subsamples.
         "concepts": {"layer": 15,
-                     "sae": {"width": 1024, "k": 32, "epochs": 6, "max_tokens": 16000, "languages": ["en", "es"]},
+                     "sae": {"width": 1024, "k": 32, "epochs": 8, "max_tokens": 12000, "languages": ["en", "es"]},
                      "labels": {"top_examples": 5},
                      "gaps": {"min_support": 3, "stability_repeats": 3}},
     }

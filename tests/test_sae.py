@@ -312,3 +312,17 @@ def test_llm_labeler_labels_the_most_often_firing_concepts(bundled_model_dir):
     # the two most often firing concepts (2 and 3) get a label; the rest none
     assert labels[0] is None and labels[1] is None
     assert all(isinstance(labels[i], str) and 0 < len(labels[i]) <= 80 for i in (2, 3)), labels
+
+
+def test_select_equals_reading_those_sequences_alone():
+    model = make_tiny_model(50, layers=2)
+    reader = S.ResidualReader(model, "blocks.0.hook_resid_post")
+    torch.manual_seed(2)
+    seqs = [torch.randint(3, 50, (n,)).tolist() for n in (5, 9, 3, 7)]
+    everything = S.read_activations(reader, seqs, batch_size=2, pad_id=0)
+    cut = float(everything.acts.norm(dim=-1).median())
+    part = everything.select([3, 1], cut)
+    alone = S.read_activations(reader, [seqs[3], seqs[1]], batch_size=2, pad_id=0, norm_threshold=cut)
+    torch.testing.assert_close(part.acts, alone.acts, atol=1e-5, rtol=1e-5)
+    assert part.seq.tolist() == alone.seq.tolist() and part.pos.tolist() == alone.pos.tolist()
+    assert part.n_excluded == alone.n_excluded > 0

@@ -202,14 +202,25 @@ def build_sae(model_dir: str | Path, out_dir: str | Path, config: dict, *, item_
     corpus = build_corpus(tok, prompt, s, item_files=item_files, calibration=calibration)
     seqs = [list(x) for x in corpus["input_ids"].to_list()]
     pad = _pad_id(tok)
-    ref = seqs[: min(len(seqs), 64)]
-    threshold = S.median_norm_threshold(reader, ref, s.norm_factor, batch_size=s.batch_size, pad_id=pad, device=device)
+    n_ref = min(len(seqs), 64)  # the threshold's reference: the first 64 sequences
+    if sum(map(len, seqs)) <= s.sae.buffer_tokens:
+        # The corpus fits in memory: one pass of the model, the threshold and the splits from it.
+        everything = S.read_activations(reader, seqs, batch_size=s.batch_size, pad_id=pad, device=device,
+                                        progress="activations")
+        ref_norms = everything.acts[everything.seq < n_ref].norm(dim=-1)
+        threshold = float(s.norm_factor * ref_norms.median())
+
+        def read(idx):
+            return everything.select(idx, threshold)
+    else:
+        threshold = S.median_norm_threshold(reader, seqs[:n_ref], s.norm_factor, batch_size=s.batch_size,
+                                            pad_id=pad, device=device)
+
+        def read(idx):
+            return S.read_activations(reader, [seqs[i] for i in idx], batch_size=s.batch_size, pad_id=pad,
+                                      norm_threshold=threshold, device=device, progress="activations")
     log.info("SAE corpus: %d sequences, %d tokens; hook %s; norm threshold %.1f", len(seqs),
              sum(map(len, seqs)), hook, threshold)
-
-    def read(idx):
-        return S.read_activations(reader, [seqs[i] for i in idx], batch_size=s.batch_size, pad_id=pad,
-                                  norm_threshold=threshold, device=device, progress="activations")
 
     split = corpus["split"].to_list()
     train_idx = [i for i, sp in enumerate(split) if sp == "train"]

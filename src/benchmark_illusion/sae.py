@@ -254,6 +254,18 @@ class Activations:
     pos: torch.Tensor  # [n] position in the sequence
     n_excluded: int    # positions left out for their norm
 
+    def select(self, seq_indices: list[int], norm_threshold: float = math.inf) -> "Activations":
+        """The positions of these sequences (renumbered 0.. in the given order) up to the norm
+        threshold: what read_activations would return for them."""
+        lookup = torch.full((int(self.seq.max()) + 1 if len(self.seq) else 1,), -1, dtype=torch.long)
+        lookup[torch.tensor(seq_indices, dtype=torch.long)] = torch.arange(len(seq_indices))
+        new = lookup[self.seq]
+        wanted = new >= 0
+        big = self.acts.norm(dim=-1) > norm_threshold
+        keep = (wanted & ~big).nonzero(as_tuple=True)[0]
+        keep = keep[torch.argsort(new[keep] * (int(self.pos.max()) + 1) + self.pos[keep], stable=True)]
+        return Activations(self.acts[keep], new[keep], self.pos[keep], int((wanted & big).sum()))
+
 
 def read_activations(reader: ResidualReader, seqs: list[list[int]], *, batch_size: int, pad_id: int,
                      norm_threshold: float = math.inf, device="cpu", progress: str | None = None,
