@@ -50,11 +50,7 @@ if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
   pgrep -u munge -x munged > "$STATE/munged.pid" || true
 fi
 
-# Twice as many CPUs as cores: Snakemake's SLURM executor polls job states with a growing
-# back-off (+10 s after every check in which no job finished), so with one slot per core the
-# node idles between a job's end and its discovery; the extra slots keep the cores busy.
-# (slurmd takes the configured count: SlurmdParameters=config_overrides.)
-cpus=$(( 2 * $(nproc) ))
+cpus=$(nproc)
 # One fake GPU per CPU (at most 4): with a single one, every GPU-bound job of a test run would
 # queue behind the others. Each is a distinct character device that exists everywhere.
 devices=(/dev/null /dev/zero /dev/full /dev/urandom)
