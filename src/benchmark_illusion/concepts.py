@@ -207,8 +207,7 @@ def build_sae(model_dir: str | Path, out_dir: str | Path, config: dict, *, item_
         # The corpus fits in memory: one pass of the model, the threshold and the splits from it.
         everything = S.read_activations(reader, seqs, batch_size=s.batch_size, pad_id=pad, device=device,
                                         progress="activations")
-        ref_norms = everything.acts[everything.seq < n_ref].norm(dim=-1)
-        threshold = float(s.norm_factor * ref_norms.median())
+        threshold = S.norm_threshold(everything, s.norm_factor, n_ref)
 
         def read(idx):
             return everything.select(idx, threshold)
@@ -293,6 +292,15 @@ class _SAELensAdapter:
         return self.sae(x.to(self.sae.W_enc.dtype)).float()
 
 
+def open_with_reader(sae_folder: str | Path, model_dir: str | Path, device: str = "cpu"):
+    """(SAE, a reader of the dense model at the SAE's hook, tokenizer) for the concept rules."""
+    from .models import load_checkpoint
+
+    sae = open_sae(sae_folder)
+    net, tok = load_checkpoint(model_dir, device=device)
+    return sae, S.ResidualReader(net, sae.hook_name), tok
+
+
 def open_sae(folder: str | Path):
     """The SAE of a `sae` rule output (its sae/ subfolder): natively when this package implements
     its architecture, through SAELens otherwise."""
@@ -351,12 +359,8 @@ def concept_activations_file(sae_folder: str | Path, model_dir: str | Path, item
                              out: str | Path, out_tokens: str | Path, config: dict, *, model: str,
                              dataset: str, lang: str, device: str = "cpu") -> int:
     """Write the sparse per-item concept activations of one benchmark; returns the row count."""
-    from .models import load_checkpoint
-
     s = ConceptSettings.from_config(config)
-    sae = open_sae(sae_folder)
-    net, tok = load_checkpoint(model_dir, device=device)
-    reader = S.ResidualReader(net, sae.hook_name)
+    sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
     items = pl.read_parquet(items_file).to_dicts()
     a, n_tok, n_exc = item_concepts(sae, reader, tok, PromptSettings(**config["prompt"]), items, s, device)
     idx = a.nonzero(as_tuple=False)
@@ -431,12 +435,8 @@ def short_label(tokens: list[str], activations: list[float], n: int = 3) -> str 
 def concept_labels_file(sae_folder: str | Path, model_dir: str | Path, out: str | Path, config: dict, *,
                         model: str, device: str = "cpu") -> pl.DataFrame:
     """Write labels.parquet for every latent of the SAE (latents that never fire get no label)."""
-    from .models import load_checkpoint
-
     s = ConceptSettings.from_config(config)
-    sae = open_sae(sae_folder)
-    net, tok = load_checkpoint(model_dir, device=device)
-    reader = S.ResidualReader(net, sae.hook_name)
+    sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
     corpus = pl.read_parquet(Path(sae_folder) / "corpus.parquet")
     seqs = [list(x) for x in corpus["input_ids"].to_list()]
     stats, top = max_activating(sae, reader, tok, seqs, s, device)

@@ -299,7 +299,12 @@ def median_norm_threshold(reader: ResidualReader, seqs: list[list[int]], factor:
                           pad_id: int, device="cpu") -> float:
     """factor x the median norm over every position of `seqs` (a reference sample)."""
     a = read_activations(reader, seqs, batch_size=batch_size, pad_id=pad_id, device=device)
-    return float(factor * a.acts.norm(dim=-1).median())
+    return norm_threshold(a, factor, len(seqs))
+
+
+def norm_threshold(acts: Activations, factor: float, n_ref: int) -> float:
+    """factor x the median norm of the positions of the first n_ref sequences of `acts`."""
+    return float(factor * acts.acts[acts.seq < n_ref].norm(dim=-1).median())
 
 
 # --------------------------------------------------------------------------------------------
