@@ -409,6 +409,41 @@ def test_jsonl_skips_blank_lines(tmp_path):
     assert load_raw({"source": "jsonl", "path": str(path)}, "en").height == 1
 
 
+# --------------------------------------------------------------------------- invisible characters
+
+
+def test_leading_bom_is_removed_and_offsets_shift(tmp_path):
+    """The Turkish XQuAD passages start with U+FEFF; offsets count it, so they move back by one."""
+    context = "\ufeffİstanbul 1850'den beri büyüdü."
+    doc = {"data": [{"title": "\u200eŞehir", "paragraphs": [{"context": context, "qas": [
+        {"id": "t1", "question": "\u200bNe zamandan beri?\u2060", "answers": [
+            {"text": "1850", "answer_start": context.index("1850")},
+            {"text": "\ufeffİstanbul", "answer_start": 0},  # the answer carries the BOM too
+            {"text": "beri"},  # no offset: stays -1
+        ]}]}]}]}
+    got = load_raw({"source": "squad_json", "path": write_json(tmp_path / "tr.json", doc)}, "tr")
+    r = got.row(0, named=True)
+    assert r["context"] == "İstanbul 1850'den beri büyüdü."
+    assert (r["title"], r["question"]) == ("Şehir", "Ne zamandan beri?")
+    assert r["answers"] == ["1850", "İstanbul", "beri"]
+    assert r["answer_starts"] == [9, 0, -1]
+    assert [r["context"][s : s + len(a)] for a, s in zip(r["answers"][:2], r["answer_starts"])] == ["1850", "İstanbul"]
+
+
+@pytest.mark.parametrize("mark", ["\ufeff", "\u200b", "\u200e", "\u200f", "\u2060"])
+def test_every_invisible_edge_character_is_removed_in_flat_sources(tmp_path, mark):
+    obj = {"id": "x", "context": f"{mark}{mark}Paris.{mark}", "question": f"{mark}Where?", "answers": ["Paris"],
+           "answer_starts": [2]}
+    got = load_raw({"source": "jsonl", "path": write_jsonl(tmp_path / "d.jsonl", [obj])}, "fr")
+    assert_frame_equal(got, raw_frame([row("x", "fr", "Paris.", "Where?", ["Paris"], [0])]))
+
+
+def test_invisible_characters_inside_a_text_are_kept(tmp_path):
+    obj = {"id": "x", "context": "Pa\u200bris.", "question": "Where?", "answers": ["Pa\u200bris"], "answer_starts": [0]}
+    got = load_raw({"source": "jsonl", "path": write_jsonl(tmp_path / "d.jsonl", [obj])}, "fr")
+    assert_frame_equal(got, raw_frame([row("x", "fr", "Pa\u200bris.", "Where?", ["Pa\u200bris"], [0])]))
+
+
 # --------------------------------------------------------------------------- parquet
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -12,7 +15,10 @@ from benchmark_illusion.judge import (
     exact_match,
     first_line,
     judge,
+    judge_candidates,
+    named_phrases,
     normalize,
+    option_label,
     token_f1,
     tokenize,
 )
@@ -237,3 +243,439 @@ def test_judgement_is_frozen():
     j = judge("Paris", ["Paris"], "en")
     with pytest.raises(dataclasses.FrozenInstanceError):
         j.correct = False  # type: ignore[misc]
+
+
+# --- digits and the minus sign -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "lang"),
+    [
+        ("১৯৭১", "bn"),  # Bengali
+        ("١٩٧١", "ar"),  # Arabic-Indic
+        ("۱۹۷۱", "fa"),  # Extended Arabic-Indic
+        ("१९७१", "hi"),  # Devanagari
+        ("๑๙๗๑", "th"),  # Thai
+        ("１９７１", "zh"),  # full-width
+        ("1971", "en"),
+    ],
+)
+def test_every_decimal_digit_compares_as_its_value(text, lang):
+    assert normalize(text, lang) == "1971"
+    assert judge(text, ["1971"], lang).correct
+    assert judge("1971", [text], lang).correct
+
+
+def test_digits_in_context():
+    assert judge("সালটি ছিল ১৯৭১।", ["1971"], "bn").correct
+    assert judge("عام ١٩٧١", ["1971"], "ar").correct
+    assert tokenize("พ.ศ. ๒๕๐๐", "th") == ["พ", "ศ", "2500"]  # Thai digits stay one run
+    assert not contains("১৯৭১", "৭", "bn")  # still token-boundary aware
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("-5", "-5"),
+        ("\u22125", "-5"),  # MINUS SIGN
+        ("It was -5 degrees", "it was -5 degrees"),
+        ("(−5)", "-5"),  # after an opening bracket
+        ("«-5»", "-5"),  # after an opening quote
+        ("x-5", "x5"),  # inside a token: punctuation
+        ("1990-1995", "19901995"),
+        ("1990 - 1995", "1990 1995"),  # a dash between spaces is not a sign
+        ("- 5", "5"),
+        ("-x", "x"),
+    ],
+)
+def test_a_leading_minus_of_a_number_is_kept(text, expected):
+    assert normalize(text, "en") == expected
+
+
+def test_minus_five_is_not_five():
+    assert not judge("-5", ["5"], "en").contains
+    assert not judge("5", ["-5"], "en").contains
+    assert judge("−5 °C", ["-5 °C"], "de").correct
+    assert judge("Die Temperatur lag bei -5 Grad", ["-5"], "de").correct
+
+
+# --- script rules --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prediction", ["ΣΟΦΟΚΛΗΣ", "σοφοκλης", "Σοφοκλής", "ΣΟΦΟΚΛΉΣ", "ο Σοφοκλης."])
+def test_greek_is_compared_without_accents_and_final_sigma(prediction):
+    assert judge(prediction, ["Σοφοκλής"], "el").correct
+
+
+def test_greek_rules():
+    assert normalize("Σοφοκλής", "el") == normalize("σοφοκλησ", "el") == "σοφοκλησ"
+    assert normalize("ς", "el") == "σ"  # casefold folds the final sigma
+    assert normalize("Ϊ ϋ ΐ", "el") == "ι υ ι"  # dialytika too
+    assert normalize("ἈΘῆναι", "el") == "αθηναι"  # polytonic marks
+    assert normalize("Ελλάδα café", "el") == "ελλαδα café"  # only marks on Greek letters
+    assert not judge("Σοφοκλής", ["Ευριπίδης"], "el").contains
+
+
+def test_turkish_dotted_capital_i_matches_i():
+    assert normalize("İstanbul", "tr") == "istanbul"
+    assert normalize("İstanbul", "en") == "istanbul"  # for every language
+    assert judge("istanbul", ["İstanbul"], "tr").correct
+    assert judge("İSTANBUL", ["İstanbul"], "tr").correct
+
+
+@pytest.mark.parametrize("prediction", ["ISPARTA", "Isparta", "ısparta", "İsparta", "isparta"])
+def test_turkish_capitalisation_variants_all_match(prediction):
+    assert judge(prediction, ["Isparta"], "tr").correct
+    assert judge(prediction, ["ISPARTA"], "tr").correct
+
+
+def test_turkish_dotless_i_inside_words():
+    assert normalize("KIRMIZI", "tr") == normalize("kırmızı", "tr") == "kirmizi"
+
+
+@pytest.mark.parametrize("apostrophe", ["'", "\u2019", "\u02bc", "\u2018"])
+def test_apostrophes_split_turkish_suffixes(apostrophe):
+    passage_copy = f"1850{apostrophe}den"
+    assert tokenize(passage_copy, "tr") == ["1850", "den"]
+    assert judge(passage_copy, ["1850"], "tr").correct
+    assert judge(f"Ankara{apostrophe}da", ["Ankara"], "tr").correct
+
+
+def test_apostrophes_in_english_and_french():
+    # Intended: the possessive contains the name (documented in the module docstring).
+    assert judge("Newton's", ["Newton"], "en").correct
+    assert judge("Newton's laws", ["Newton's laws"], "en").exact_match
+    assert normalize("don't", "en") == "don t"
+    assert judge("l'Europe", ["Europe"], "fr").correct
+    assert not judge("Newtons", ["Newton"], "en").contains
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold"),
+    [
+        ("Bucureşti", "București"),  # cedilla vs comma below
+        ("București", "Bucureşti"),
+        ("BUCUREŞTI", "București"),
+        ("Ţara", "Țara"),
+        ("Timişoara", "Timișoara"),
+    ],
+)
+def test_romanian_cedilla_equals_comma_below(prediction, gold):
+    assert judge(prediction, [gold], "ro").correct
+
+
+def test_romanian_fold_leaves_turkish_s_cedilla():
+    assert normalize("Ș ș Ț ț", "ro") == "ş ş ţ ţ"
+    assert normalize("şehir", "tr") == "şehir"
+
+
+@pytest.mark.parametrize("mark", ["\u200e", "\u200f", "\u2060", "\u00ad", "\u202b"])
+def test_invisible_format_characters_are_removed(mark):
+    assert normalize(f"Pa{mark}ris", "fr") == "paris"
+    assert normalize(f"{mark}-5", "en") == "-5"  # invisible for the minus rule too
+
+
+def test_zero_width_space_and_bom_separate_words():
+    assert normalize("\ufeffİstanbul", "tr") == "istanbul"
+    assert tokenize("a\u200bb", "de") == ["a", "b"]
+
+
+def test_held_out_xquad_shapes():
+    """Shapes from XQuAD el/tr that the judge got wrong before these rules."""
+    assert judge("ΣΟΦΟΚΛΗΣ", ["Σοφοκλής"], "el", question="Ποιος έγραψε την Αντιγόνη;").correct
+    passage = "\ufeffKurum 1850'den beri İstanbul'da faaliyet gösteriyor."
+    assert judge("1850'den", ["1850"], "tr", passage=passage).correct
+    assert judge("istanbul'da", ["İstanbul"], "tr", passage=passage).correct
+
+
+# --- named options, hedge and repeat (open) ------------------------------------------
+
+
+def test_named_phrases_do_not_double_count_contained_options():
+    tesla, motors = tokenize("Tesla", "en"), tokenize("Tesla Motors", "en")
+    assert named_phrases(tokenize("Tesla Motors", "en"), [tesla, motors]) == [False, True]
+    assert named_phrases(tokenize("Tesla and Tesla Motors", "en"), [tesla, motors]) == [True, True]
+    assert named_phrases(tokenize("Tesla", "en"), [tesla, motors]) == [True, False]
+    assert named_phrases(tokenize("anything", "en"), [[], tesla]) == [False, False]
+    bj, pku = tokenize("北京", "zh"), tokenize("北京大学", "zh")
+    assert named_phrases(tokenize("北京大学", "zh"), [bj, pku]) == [False, True]
+
+
+OPTS = ["1427", "1432", "1500", "1600"]
+
+
+@pytest.mark.parametrize(
+    ("prediction", "lang", "gold", "options"),
+    [
+        ("1432 or 1427", "en", "1427", OPTS),
+        ("1427 oder 1432", "de", "1427", OPTS),
+        ("北京或上海", "zh", "北京", ["上海", "北京", "广州", "天津"]),
+        ("กรุงเทพหรือเชียงใหม่", "th", "กรุงเทพ", ["เชียงใหม่", "กรุงเทพ", "ภูเก็ต", "ขอนแก่น"]),
+        ("১৪২৭ বা ১৪৩২", "bn", "1427", OPTS),
+    ],
+)
+def test_gold_with_another_option_is_a_hedge(prediction, lang, gold, options):
+    j = judge(prediction, [gold], lang, options=options)
+    assert j.contains and j.hedge and not j.correct
+    assert j.options_named == 2 and j.pred_option is None
+    assert not judge(prediction, [gold], lang).hedge  # without options there is nothing to hedge with
+
+
+def test_hedge_needs_the_gold_and_a_non_gold_option():
+    j = judge("1427", ["1427"], "en", options=OPTS)
+    assert j.correct and not j.hedge and j.options_named == 1
+    j = judge("1432", ["1427"], "en", options=OPTS)  # just wrong
+    assert not j.contains and not j.hedge and j.options_named == 1
+    j = judge("1427 or 1999", ["1427"], "en", options=OPTS)  # 1999 is not an option
+    assert j.correct and not j.hedge
+    # An alternative gold is not "another option".
+    j = judge("Denver Broncos or the Broncos", ["Denver Broncos", "Broncos"], "en",
+              options=["Denver Broncos", "Carolina Panthers", "Seattle", "1999"])
+    assert not j.hedge and j.correct
+    # A distractor inside the gold's span is not named.
+    j = judge("Tesla Motors", ["Tesla Motors"], "en", options=["Tesla Motors", "Tesla", "Edison", "1901"])
+    assert not j.hedge and j.correct and j.options_named == 1
+    # ... but a longer distractor that contains the gold names the distractor.
+    j = judge("Tesla Motors", ["Tesla"], "en", options=["Tesla", "Tesla Motors", "Edison", "1901"])
+    assert j.contains and j.hedge and not j.correct
+
+
+def test_empty_prediction_with_options_names_none():
+    j = judge("", ["1427"], "en", options=OPTS)
+    assert not j.correct and j.options_named == 0
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "lang"),
+    [
+        ("1427 1427 1427 1427 1427 1427", "1427", "en"),
+        ("1427, 1427, 1427", "1427", "en"),
+        ("1427 1427", "1427", "en"),
+        ("Paris Paris", "Paris", "fr"),
+        ("New York New York", "New York", "en"),
+        ("北京北京", "北京", "zh"),
+        ("১৯৭১ 1971", "1971", "bn"),
+    ],
+)
+def test_gold_repeated_is_degenerate(prediction, gold, lang):
+    j = judge(prediction, [gold], lang)
+    assert j.contains and j.repeat and not j.correct
+
+
+def test_repeat_needs_nothing_but_copies_of_a_gold():
+    assert not judge("1427", ["1427"], "en").repeat
+    assert not judge("In 1427 and 1427", ["1427"], "en").repeat  # other words: not a pure repeat
+    # A gold that is itself a repetition is an exact match, not a repeat.
+    j = judge("Bora Bora", ["Bora", "Bora Bora"], "en")
+    assert j.exact_match and not j.repeat and j.correct
+    assert not judge("1427 1427 1427 1427 1427 1427 1427", ["1427"], "en").correct  # too_long as well
+
+
+# --- candidates ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "output",
+    ["A", "A.", "(A)", "A)", "A:", "[A]", "a", "(a)", "A: 1427", "A. 1427", "(A) 1427", "A) 1427",
+     "1427", "The answer is 1427", "Ａ", "（Ａ）", "Ａ．１４２７",
+     "\u0391", "\u0410", "(\u0410)"],  # Greek and Cyrillic capital A
+)
+def test_candidates_naming_the_gold_alone_is_correct(output):
+    j = judge_candidates(output, OPTS, 0, "en")
+    assert j.correct and j.options_named == 1 and j.pred_option == 0
+
+
+@pytest.mark.parametrize(
+    ("letter", "index"),
+    [("\u0392", 1), ("\u0412", 1), ("\u0421", 2), ("\u0395", 4), ("\u0415", 4), ("\u0397", 7), ("\u041d", 7)],
+)
+def test_candidates_lookalike_capitals(letter, index):
+    options = [f"o{k}" for k in range(8)]
+    assert option_label(letter, 8) == (index, "")
+    assert option_label(f"{letter}. o{index}", 8) == (index, f"o{index}")
+    assert judge_candidates(letter, options, index, "ru").correct
+
+
+def test_candidates_labels_beyond_the_options_are_not_labels():
+    assert option_label("E", 4) == (None, "E")
+    assert option_label("An answer", 4) == (None, "An answer")
+    assert option_label("A cat", 4) == (None, "A cat")
+    assert option_label("e.g. 1427", 8) == (None, "e.g. 1427")
+    j = judge_candidates("E", OPTS, 0, "en")
+    assert not j.correct and j.options_named == 0 and j.pred_option is None
+
+
+def test_candidates_listing_every_option_is_wrong():
+    j = judge_candidates("1500, 1427, 1600, 1700", ["1427", "1500", "1600", "1700"], 0, "en")
+    assert j.contains and not j.correct
+    assert j.options_named == 4 and j.pred_option is None and j.hedge
+
+
+@pytest.mark.parametrize(
+    ("output", "named", "pred"),
+    [
+        ("1427 or 1432", 2, None),
+        ("B. 1427", 2, None),  # label and text disagree
+        ("A. 1432", 2, None),
+        ("A, B", 0, None),  # two labels are not a label: nothing named
+        ("1432", 1, 1),
+        ("B", 1, 1),
+        ("Somewhere else", 0, None),
+    ],
+)
+def test_candidates_other_answers_are_wrong(output, named, pred):
+    j = judge_candidates(output, OPTS, 0, "en")
+    assert not j.correct and j.options_named == named and j.pred_option == pred
+
+
+def test_candidates_label_with_text_that_is_not_its_option():
+    j = judge_candidates("A. Talbach", OPTS, 0, "en")
+    assert j.pred_option == 0 and j.options_named == 1 and not j.contains and not j.correct
+    assert j.judged == "Talbach"
+
+
+def test_candidates_bare_label_judges_the_option_text():
+    j = judge_candidates("(C)", OPTS, 2, "en")
+    assert j.judged == "1500" and j.exact_match and j.correct and not j.echo and not j.too_long
+
+
+def test_candidates_repeat_and_length():
+    j = judge_candidates("1427 1427 1427", OPTS, 0, "en")
+    assert j.repeat and j.pred_option == 0 and j.options_named == 1 and not j.correct
+    j = judge_candidates("1432 1432", OPTS, 0, "en")
+    assert j.repeat and j.pred_option == 1 and not j.correct
+    j = judge_candidates("well it could be something like the number 1427 I think", OPTS, 0, "en")
+    assert j.too_long and j.pred_option == 0 and not j.correct
+
+
+def test_candidates_tesla_is_not_double_counted():
+    options = ["Tesla", "Tesla Motors", "Edison", "Westinghouse"]
+    j = judge_candidates("Tesla Motors", options, 1, "en")
+    assert j.correct and j.options_named == 1 and j.pred_option == 1
+    j = judge_candidates("Tesla Motors", options, 0, "en")
+    assert not j.correct and j.pred_option == 1
+    j = judge_candidates("Tesla or Tesla Motors", options, 0, "en")
+    assert not j.correct and j.options_named == 2 and j.hedge
+
+
+def test_candidates_bullets_style_counts_only_text():
+    j = judge_candidates("A", OPTS, 0, "en", letters=False)
+    assert not j.correct and j.options_named == 0 and j.pred_option is None
+    j = judge_candidates("- 1427", OPTS, 0, "en", letters=False)
+    assert j.correct and j.pred_option == 0
+    j = judge_candidates("A. 1427", OPTS, 0, "en", letters=False)  # "a" is just a word here
+    assert j.correct and j.options_named == 1
+
+
+@pytest.mark.parametrize(
+    ("output", "options", "gold", "lang", "correct"),
+    [
+        ("Der Mellensee", ["Talbach", "Mellensee", "Hecht", "Brennick"], 1, "de", True),
+        ("B. Mellensee", ["Talbach", "Mellensee", "Hecht", "Brennick"], 1, "de", True),
+        ("Mellensee und Talbach", ["Talbach", "Mellensee", "Hecht", "Brennick"], 1, "de", False),
+        ("北京", ["上海", "北京", "广州", "天津"], 1, "zh", True),
+        ("答案是北京。", ["上海", "北京", "广州", "天津"], 1, "zh", True),
+        ("北京、上海", ["上海", "北京", "广州", "天津"], 1, "zh", False),
+        ("北京大学", ["北京", "北京大学", "清华大学", "南开大学"], 1, "zh", True),
+        ("กรุงเทพ", ["เชียงใหม่", "กรุงเทพ", "ภูเก็ต", "ขอนแก่น"], 1, "th", True),
+        ("๑๙๗๑", ["1971", "1972", "1980", "1990"], 0, "th", True),
+        ("১৯৭১", ["1971", "1972", "1980", "1990"], 0, "bn", True),
+        ("Β", ["Αθήνα", "Σοφοκλής", "Σπάρτη", "Θήβα"], 1, "el", True),
+        ("ΣΟΦΟΚΛΗΣ", ["Αθήνα", "Σοφοκλής", "Σπάρτη", "Θήβα"], 1, "el", True),
+        ("C) İstanbul", ["Ankara", "İzmir", "İstanbul", "Bursa"], 2, "tr", True),
+        ("ISTANBUL", ["Ankara", "İzmir", "İstanbul", "Bursa"], 2, "tr", True),
+        ("Timişoara", ["Cluj", "Timișoara", "Iași", "Arad"], 1, "ro", True),
+    ],
+)
+def test_candidates_across_languages(output, options, gold, lang, correct):
+    assert judge_candidates(output, options, gold, lang).correct is correct
+
+
+def test_candidates_empty_output_and_bad_gold_index():
+    j = judge_candidates("", OPTS, 0, "en")
+    assert not j.correct and j.options_named == 0 and j.pred_option is None
+    with pytest.raises(ValueError, match="gold_option"):
+        judge_candidates("A", OPTS, 4, "en")
+
+
+def test_candidates_question_echo():
+    q = "Which year, 1427 or 1432, did the siege start?"
+    j = judge_candidates("Which year, 1427 or 1432, did the siege start? 1427", OPTS, 0, "en", question=q)
+    assert j.echo and not j.correct
+
+
+# --- the judge command -----------------------------------------------------------------
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmark_illusion", "judge", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_cli_candidates_prints_every_flag():
+    p = run_cli("--lang", "en", "--format", "candidates", "--gold", "1427", "--option", "1427", "--option", "1500",
+                "--option", "1600", "--option", "1700", "1500, 1427, 1600, 1700")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["correct"] is False and out["options_named"] == 4 and out["hedge"] is True
+    assert out["pred_option"] is None and out["gold_option"] == 0
+    for key in ("exact_match", "f1", "contains", "echo", "too_long", "repeat", "answer_norm", "judged"):
+        assert key in out
+    assert out["answer_norm"] == "1500 1427 1600 1700"
+
+
+def test_cli_open_in_process_and_light(capsys):
+    code = (
+        "import sys, json\n"
+        "from benchmark_illusion.__main__ import main\n"
+        "rc = main(['judge', '--lang', 'tr', '--gold', '1850', \"1850'den\"])\n"
+        "print(json.dumps({'rc': rc, 'heavy': [m for m in ('torch', 'polars', 'duckdb') if m in sys.modules]}))\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    verdict, meta = (json.loads(line) for line in p.stdout.splitlines())
+    assert verdict["correct"] is True and verdict["answer_norm"] == "1850 den"
+    assert meta == {"rc": 0, "heavy": []}
+
+
+def test_cli_main_open_with_options(capsys):
+    from benchmark_illusion.__main__ import main
+
+    assert main(["judge", "--lang", "en", "--gold", "1427", "--option", "1427", "--option", "1432",
+                 "1432 or 1427"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["hedge"] is True and out["correct"] is False and out["options_named"] == 2
+    assert main(["judge", "--lang", "en", "--gold", "-5", "-5"]) == 0
+    assert json.loads(capsys.readouterr().out)["correct"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--lang", "en", "Paris"], "--gold"),
+        (["--gold", "Paris", "Paris"], "--lang"),
+        (["--lang", "en", "--gold", "1427", "--format", "candidates", "--option", "1427", "A"], "--option"),
+        (["--lang", "en", "--gold", "9", "--format", "candidates", "--option", "1427", "--option", "1500", "A"],
+         "--gold"),
+        (["--lang", "en", "--gold", "...", "Paris"], "--gold"),
+        (["--lang", "en", "--gold", "Paris", "--format", "mc", "Paris"], "--format"),
+        (["--lang", "en", "--gold", "Paris", "--max-length-factor", "0", "Paris"], "--max-length-factor"),
+        (["--lang", "en", "--gold", "1", "--format", "candidates", *sum((["--option", str(k)] for k in range(9)), []),
+          "A"], "--option"),
+    ],
+)
+def test_cli_bad_arguments_exit_2_naming_the_argument(args, message):
+    p = run_cli(*args)
+    assert p.returncode == 2
+    assert message in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("output", ["B、北京", "B。北京", "B、", "（B）北京", "B：北京", "B.北京"])
+def test_candidates_cjk_label_punctuation(output):
+    assert judge_candidates(output, ["上海", "北京", "广州", "天津"], 1, "zh").correct
+
+
+def test_label_letters_are_the_prompt_letters():
+    from benchmark_illusion.judge import LABEL_LETTERS
+    from benchmark_illusion.prompts import LETTERS
+
+    assert LABEL_LETTERS == LETTERS == "ABCDEFGH"

@@ -7,6 +7,10 @@
   python -m benchmark_illusion summary --by-lang                 # one line per checkpoint and language
   python -m benchmark_illusion concepts                          # SAE fit, best/least covered concepts,
                                                                  # the dense model's gaps, pruning damage
+  python -m benchmark_illusion judge --lang en --gold Paris "The capital is Paris"
+                                                                 # the judge's verdict on one answer, as JSON
+  python -m benchmark_illusion judge --lang en --format candidates --gold 1427 \
+      --option 1427 --option 1500 --option 1600 --option 1700 "1500, 1427, 1600, 1700"
 """
 
 from __future__ import annotations
@@ -98,6 +102,58 @@ def _print(rel, csv: bool, max_rows: int) -> None:
         rel.show(max_rows=max_rows, max_width=1_000_000)
 
 
+def _judge_command(args, parser: argparse.ArgumentParser) -> int:
+    """Print the judge's verdict on args.output as one JSON object; bad arguments exit 2."""
+    import json
+
+    from .judge import LABEL_LETTERS, first_line, judge, judge_candidates, normalize, tokenize
+
+    if args.max_length_factor <= 0:
+        parser.error(f"argument --max-length-factor: must be positive, got {args.max_length_factor}")
+    if args.max_length_slack < 0:
+        parser.error(f"argument --max-length-slack: must not be negative, got {args.max_length_slack}")
+    if not any(tokenize(g, args.lang) for g in args.gold):
+        parser.error("argument --gold: every gold is empty after normalisation")
+    common = dict(question=args.question, passage=args.passage, max_length_factor=args.max_length_factor,
+                  max_length_slack=args.max_length_slack)
+    result: dict = {"format": args.format, "lang": args.lang}
+    if args.format == "candidates":
+        options = args.option
+        if len(options) < 2:
+            parser.error(f"argument --option: the candidates format needs at least 2 options, got {len(options)}")
+        if args.style == "letters" and len(options) > len(LABEL_LETTERS):
+            parser.error(f"argument --option: at most {len(LABEL_LETTERS)} options with --style letters")
+        gold = _gold_option(options, args.gold, args.lang)
+        if gold is None:
+            parser.error("argument --gold: no --option equals a --gold (candidates needs the gold among the options)")
+        v = judge_candidates(args.output, options, gold, args.lang, letters=args.style == "letters", **common)
+        result["gold_option"] = gold
+    else:
+        v = judge(args.output, args.gold, args.lang, options=args.option or None, **common)
+    result.update(
+        correct=v.correct, exact_match=v.exact_match, f1=v.f1, contains=v.contains, echo=v.echo,
+        too_long=v.too_long, hedge=v.hedge, repeat=v.repeat, options_named=v.options_named,
+        pred_option=v.pred_option, answer_norm=normalize(v.judged, args.lang), judged=v.judged,
+        line=first_line(args.output),
+    )
+    print(json.dumps(result, ensure_ascii=False))
+    return 0
+
+
+def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
+    """Index of the first option equal to a gold: the same string, else the same judge tokens; None if none."""
+    from .judge import tokenize
+
+    gold_tokens = [t for t in (tokenize(g, lang) for g in golds) if t]
+    for k, o in enumerate(options):
+        if o in golds:
+            return k
+    for k, o in enumerate(options):
+        if tokenize(o, lang) in gold_tokens:
+            return k
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmark_illusion", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,7 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--csv", action="store_true")
     c = sub.add_parser("concepts", help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage")
     c.add_argument("-n", type=int, default=5, help="concepts per list (default 5)")
+    j = sub.add_parser("judge", help="judge one answer and print the verdict with every flag as JSON",
+                       description="Judge one generated answer as the evaluation does (src/benchmark_illusion/"
+                                   "judge.py) and print one JSON object. Exit code 0 whatever the verdict.")
+    j.add_argument("output", help="the generated answer (only its first non-empty line is judged)")
+    j.add_argument("--lang", required=True, help="language code of the item, e.g. en, de, zh, tr")
+    j.add_argument("--gold", action="append", required=True, help="a gold answer (repeat for several)")
+    j.add_argument("--option", action="append", default=[],
+                   help="an option of the item, in prompt order (repeat); candidates needs at least 2")
+    j.add_argument("--format", choices=("open", "candidates"), default="open", help="default: open")
+    j.add_argument("--style", choices=("letters", "bullets"), default="letters",
+                   help="candidates prompt style: options labelled A-H (letters) or not (bullets)")
+    j.add_argument("--question", default="", help="the question (for the echo rule)")
+    j.add_argument("--passage", default="", help="the passage (for the passage-copy rule)")
+    j.add_argument("--max-length-factor", type=float, default=3.0, help="judge.max_length_factor (default 3.0)")
+    j.add_argument("--max-length-slack", type=int, default=3, help="judge.max_length_slack (default 3)")
     args = parser.parse_args(argv)
+    if args.cmd == "judge":
+        return _judge_command(args, j)
 
     try:
         con = _open(args.db)

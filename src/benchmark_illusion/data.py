@@ -1,7 +1,9 @@
 """Dataset loaders: every QA source, reshaped into one raw polars schema.
 
 Loaders only reshape. They never drop or repair rows (a later step counts bad rows,
-and the counts are part of the evidence); they raise `DatasetError` when a source
+and the counts are part of the evidence), with one exception: invisible characters at
+either end of a text (a BOM, zero-width space, direction marks, word joiner; see
+`strip_invisible_edges`) are removed, and the answer offsets shifted with them; they raise `DatasetError` when a source
 cannot be read as QA data at all (missing file or column, malformed JSON, a wrong
 top-level structure, no rows for the requested language, an unreachable hub).
 
@@ -454,11 +456,63 @@ def _records_frame(records: list[dict], lang: str, where: str, langs_seen: set |
 
 
 def _conform(df: pl.DataFrame, where: str) -> pl.DataFrame:
-    """Select RAW_SCHEMA's columns in order, cast to its types; a failed cast names `where`."""
+    """Select RAW_SCHEMA's columns in order, cast to its types, strip invisible edges.
+
+    Every loader passes through here. A failed cast names `where`.
+    """
     try:
-        return df.select(pl.col(name).cast(dtype) for name, dtype in RAW_SCHEMA.items())
+        df = df.select(pl.col(name).cast(dtype) for name, dtype in RAW_SCHEMA.items())
     except pl.exceptions.PolarsError as e:
         raise DatasetError(f"{where}: columns do not fit the raw schema ({e})") from e
+    return strip_invisible_edges(df)
+
+
+# Invisible characters that some sources leave at the start or end of a text (the Turkish
+# XQuAD passages start with a BOM): BOM, zero-width space, direction marks, word joiner.
+INVISIBLE_EDGES = "\ufeff\u200b\u200e\u200f\u2060"
+
+
+def _strip_edges(text: str | None) -> tuple[str | None, int]:
+    """(text without invisible characters at either end, how many were removed at the start)."""
+    if text is None:
+        return None, 0
+    head = text.lstrip(INVISIBLE_EDGES)
+    return head.rstrip(INVISIBLE_EDGES), len(text) - len(head)
+
+
+def strip_invisible_edges(df: pl.DataFrame) -> pl.DataFrame:
+    """Remove INVISIBLE_EDGES from both ends of title, context, question and every answer.
+
+    They would reach the prompts and make the answer text differ from the passage's.
+    answer_starts move with the text: by the characters removed from the start of the
+    context, back by those removed from the start of the answer; missing offsets (-1)
+    stay -1. Rows without such characters are returned unchanged.
+    """
+    text_cols = ("title", "context", "question")
+    has = pl.any_horizontal(
+        *(pl.col(c).str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$").fill_null(False) for c in text_cols),
+        pl.col("answers").list.eval(pl.element().str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$"))
+        .list.any().fill_null(False),
+    )
+    if not df.select(has.any()).item():
+        return df
+    rows = df.to_dicts()
+    for row in rows:
+        for c in ("title", "question"):
+            row[c] = _strip_edges(row[c])[0]
+        row["context"], shift = _strip_edges(row["context"])
+        if row["answers"] is None:
+            continue
+        answers, starts = [], list(row["answer_starts"] or [])
+        for n, answer in enumerate(row["answers"]):
+            answer, lead = _strip_edges(answer)
+            answers.append(answer)
+            if n < len(starts) and starts[n] is not None and starts[n] >= 0:
+                starts[n] = max(0, starts[n] - shift + lead)
+        row["answers"] = answers
+        if row["answer_starts"] is not None:
+            row["answer_starts"] = starts
+    return pl.DataFrame(rows, schema=RAW_SCHEMA)
 
 
 _LOADERS: dict[str, Callable[[dict, str], pl.DataFrame]] = {

@@ -1,19 +1,48 @@
 """Judge a generated answer against the gold answers of an extractive-QA item.
 
 Pruned models produce degenerate output (the question repeated back, a stretch of the
-passage copied out, long rambles) that games a naive "does the answer contain the gold
-string" test. The definitions below are language-aware and reject those cases.
+passage copied out, long rambles, every option listed, the gold said six times) that
+games a naive "does the answer contain the gold string" test. The definitions below are
+language-aware and reject those cases.
 
 Normalisation (`normalize`)
-    1. Unicode NFKC (full-width letters and digits become ASCII, ligatures split);
-    2. casefold (so German "ß" matches "ss");
-    3. remove every character whose Unicode category starts with "P" (all punctuation:
-       ASCII, and e.g. "。", "，", "、", "،", "؟", "।", "¿", "«");
-    4. turn zero-width space and BOM into spaces, collapse whitespace runs to one space,
-       strip;
-    5. only when lang is English ("en", or "en-..."/"en_..."): drop the whole words
+    1. Unicode NFKC (full-width letters and digits become ASCII, ligatures split), then
+       casefold (German "ß" matches "ss", Greek final "ς" matches "σ"), then NFC;
+    2. script rules, the same for every `lang` (a gold in one script can turn up in any
+       benchmark, and none of them merges two words of a language that keeps them apart):
+       - Greek: every combining mark on a Greek letter is dropped (tonos, dialytika,
+         polytonic marks), so "ΣΟΦΟΚΛΗΣ", "σοφοκλης" and "Σοφοκλής" are equal. Greek
+         capitals are written without accents, so without this an upper-case answer
+         never matches;
+       - Turkish: casefold turns the dotted capital "İ" into "i" + U+0307 COMBINING DOT
+         ABOVE; the dot is dropped, so "İstanbul" matches "istanbul". The dotless "ı" is
+         mapped to "i" as well: casefold already maps the capital "I" to "i" in every
+         language, so "ISPARTA", "Isparta" and "ısparta" could not be told apart anyway,
+         and keeping "ı" apart would only make capitalisation variants (I/ı/İ/i) miss;
+       - Romanian: the comma-below letters "ș" "ț" (U+0219, U+021B) are folded to the
+         cedilla letters "ş" "ţ" (U+015F, U+0163), which older Romanian text and many
+         models use for the same letters (Turkish "ş" is left as it is);
+    3. every Unicode decimal digit becomes its ASCII digit (unicodedata.decimal): Arabic-
+       Indic "١٩٧١", Extended Arabic-Indic "۱۹۷۱", Bengali "১৯৭১", Devanagari "१९७१", Thai
+       "๑๙๗๑" and full-width "１９７１" all read "1971";
+    4. a minus sign that starts a number is kept as "-": a hyphen-minus or U+2212 MINUS
+       SIGN directly before a digit, at the start of the text, after whitespace or after
+       an opening bracket or quote ("-5", "(−5)"), so "-5" does not match "5". Anywhere
+       else both are punctuation ("1990-1995" reads "19901995", as before);
+    5. apostrophes (U+0027 ', U+2018 ‘, U+2019 ’, U+02BC ʼ) become spaces: they split a
+       word instead of gluing its parts. Turkish writes case suffixes after an apostrophe
+       on proper names and numbers ("1850'den", "İstanbul'da"), and the passage copy must
+       contain the gold "1850". Intended side effects: the English possessive "Newton's"
+       contains the gold "Newton", French "l'Europe" contains "Europe";
+    6. remove every other character whose Unicode category starts with "P" (all
+       punctuation: ASCII, and e.g. "。", "，", "、", "،", "؟", "।", "¿", "«");
+    7. zero-width space and BOM become spaces; invisible format characters (U+200E/U+200F
+       direction marks, U+202A-U+202E, U+2066-U+2069, U+2060 word joiner, U+00AD soft
+       hyphen) are removed; whitespace runs collapse to one space, the ends are stripped;
+    8. only when lang is English ("en", or "en-..."/"en_..."): drop the whole words
        "a", "an" and "the".
-    Combining marks (Devanagari vowel signs, Arabic harakat, ...) are kept.
+    Other combining marks (Devanagari vowel signs, Arabic harakat, Vietnamese tones, ...)
+    are kept.
 
 Tokens (`tokenize`)
     The normalised text split on spaces; in addition every CJK ideograph, Hiragana,
@@ -54,21 +83,88 @@ echo (the prediction copies the question or the passage instead of answering)
        in the passage's tokens. A passage copy is always too_long as well; the flag
        tells a copied stretch apart from long free text.
 
-correct = contains and not echo and not too_long. An empty prediction (no tokens on
-its first non-empty line) is never correct and has every flag false and f1 0.0.
+Naming an option (used by hedge, options_named and the `candidates` format)
+    A phrase (an option's or a gold's text) is named by the prediction when its tokens
+    occur as a contiguous run of the prediction's tokens at a position that is not
+    inside an occurrence of a longer phrase of the same set. So with the options "Tesla"
+    and "Tesla Motors", the prediction "Tesla Motors" names only "Tesla Motors", and
+    "Tesla and Tesla Motors" names both.
+
+hedge (the prediction offers the gold and something else)
+    `judge` with `options`: the prediction contains a gold and also names an option that
+    is not a gold ("1432 or 1427" with the options 1427 and 1432, gold 1427). The phrase
+    set is the options and the golds, so a distractor inside a named gold does not count.
+    In `candidates`: the judged text contains the gold option and names another option.
+
+repeat (degenerate repetition)
+    The prediction's tokens are a gold's tokens two or more times over and nothing else
+    ("1427 1427 1427 1427 1427 1427"; "1427, 1427" too, since punctuation is removed;
+    "北京北京"), and the prediction is not itself an exact match of a gold. Six copies of
+    a one-token gold fit the default length limit (3 * 1 + 3), so too_long does not catch
+    this. In `candidates`: the judged text is an option's text repeated.
+
+correct (`judge`, the `open`, `oneshot` and recovery rows)
+    correct = contains and not echo and not too_long and not hedge and not repeat.
+    An empty prediction (no tokens on its first non-empty line) is never correct and has
+    every flag false and f1 0.0.
+
+`candidates` format (`judge_candidates`: the prompt lists the options, the model picks one)
+    The output is correct only when it names exactly one option and that option is the
+    gold. On the first non-empty line (after NFKC, so full-width "（Ｃ）" reads "(C)"):
+    - with letters (prompt style "letters", options shown as "A. text"), a leading label
+      names the option of that letter: "C", "C.", "C:", "(C)", "C)", "[C]", and followed
+      by text "C. text", "C: text", "(C) text", "C) text"; "。" and "、" work like "."
+      (Chinese and Japanese answers write "C、北京"). After "." or ":" the text must not
+      start with a Latin letter, so "E.ON" and "e.g. 1427" are not labels.
+      Label letters are A-H (only as many as there are options), upper or lower case,
+      and the Greek and Cyrillic capitals that look like them: Greek Α Β Ε Η read A B E
+      H, Cyrillic А В С Е Н read A B C E H (a model writing in those scripts may pick
+      the look-alike key). A word that merely starts with a letter ("An answer", "A
+      cat") is not a label;
+    - the judged text is the text after a label, the label's option text for a bare
+      label, or the whole line when there is no label. Options named by the judged text
+      (see "Naming an option") are added to the label's option;
+    - options_named is how many different options are named; pred_option is the one
+      named option (None when none or several are named);
+    - with letters=False (prompt style "bullets", options shown as "- text") there are no
+      labels: only naming by text counts.
+    exact_match, f1, contains, echo and too_long compare the judged text with the gold
+    option's text as `judge` does (echo and too_long are false for a bare label), hedge
+    and repeat as above. correct = options_named == 1 and pred_option == gold_option and
+    contains and not echo and not too_long and not hedge and not repeat; so a label
+    followed by text naming another option ("C. 1500" where C is 1427 and B is 1500) or
+    by text that is not the label's option ("C. Talbach") is wrong, and listing
+    "1500, 1427, 1600, 1700" is wrong (options_named 4, hedge).
+
+What the judge cannot detect: paraphrases and synonyms ("USA" for "United States"),
+correct answers in another script or transliterated ("Moscow" for "Москва"), numbers
+written as words ("twelve" for "12") or in other units or formats ("1.5 km" for "1500 m",
+"3rd of May" for "May 3"), and a wrong answer that happens to contain the gold's tokens
+("not Paris").
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .prompts import LETTERS
 
 _EN_ARTICLES = frozenset({"a", "an", "the"})
 
 # Invisible separators some corpora (notably Chinese and Thai web text) use between
 # words; they are not whitespace to str.split but must not glue tokens together.
-_INVISIBLE_SPACES = str.maketrans({"\u200b": " ", "\ufeff": " "})
+_SPACE_LIKE = frozenset("\u200b\ufeff")
+# Invisible format characters that carry no text: direction marks and embeddings,
+# isolates, word joiner, soft hyphen. Removed without a trace.
+_INVISIBLE = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\u00ad")
+# Apostrophes split words (Turkish suffixes: "1850'den"); see the module docstring, rule 5.
+_APOSTROPHES = frozenset("'\u2018\u2019\u02bc")
+_MINUS = frozenset("-\u2212")
+# Single-character folds after casefold: Romanian comma-below to cedilla, Turkish dotless i.
+_FOLD = {"\u0219": "\u015f", "\u021b": "\u0163", "\u0131": "i"}
 
 # Echo thresholds (see the module docstring, rule b).
 _ECHO_MIN_TOKENS = 3
@@ -94,15 +190,59 @@ def _is_unspaced_char(ch: str) -> bool:
     )
 
 
-def normalize(text: str, lang: str) -> str:
-    """Return `text` NFKC-normalised, casefolded, without punctuation, whitespace collapsed.
+def _is_greek(ch: str) -> bool:
+    return "\u0370" <= ch <= "\u03ff" or "\u1f00" <= ch <= "\u1fff"
 
-    English articles (a, an, the) are dropped as whole words only when `lang` is English.
-    Combining marks are kept. The result has single spaces and no leading/trailing space.
+
+def _strip_greek_marks(text: str) -> str:
+    """Drop every combining mark that sits on a Greek letter (rule 2); the result is NFC."""
+    out: list[str] = []
+    on_greek = False
+    for ch in unicodedata.normalize("NFD", text):
+        if unicodedata.combining(ch):
+            if on_greek:
+                continue
+        else:
+            on_greek = _is_greek(ch)
+        out.append(ch)
+    return unicodedata.normalize("NFC", "".join(out))
+
+
+def _starts_token(prev: str) -> bool:
+    """Whether a character after `prev` ('' at the start) begins a token, for the minus rule."""
+    return not prev or prev.isspace() or prev in _SPACE_LIKE or unicodedata.category(prev) in ("Ps", "Pi")
+
+
+def normalize(text: str, lang: str) -> str:
+    """Return `text` normalised as the module docstring's rules 1-8 say.
+
+    NFKC, casefold, script rules (Greek marks, Turkish i, Romanian ş ţ), ASCII digits, a
+    number's leading minus kept, apostrophes split words, no punctuation, invisible
+    characters removed, whitespace collapsed; English articles (a, an, the) dropped as
+    whole words only when `lang` is English. The result has single spaces and no
+    leading/trailing space.
     """
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(ch for ch in text if not unicodedata.category(ch).startswith("P"))
-    words = text.translate(_INVISIBLE_SPACES).split()
+    text = unicodedata.normalize("NFC", unicodedata.normalize("NFKC", text).casefold())
+    if any(_is_greek(ch) for ch in text):
+        text = _strip_greek_marks(text)
+    text = text.replace("i\u0307", "i")
+    out: list[str] = []
+    prev = ""
+    n = len(text)
+    for i, ch in enumerate(text):
+        if ch in _INVISIBLE:
+            continue  # as if it were not there, also for the minus rule
+        if ch in _MINUS:
+            if i + 1 < n and text[i + 1].isdecimal() and _starts_token(prev):
+                out.append("-")
+        elif ch in _APOSTROPHES or ch in _SPACE_LIKE:
+            out.append(" ")
+        elif ch.isdecimal():
+            out.append(str(unicodedata.decimal(ch)))
+        elif not unicodedata.category(ch).startswith("P"):
+            out.append(_FOLD.get(ch, ch))
+        prev = ch
+    words = "".join(out).split()
     if _is_english(lang):
         words = [w for w in words if w not in _EN_ARTICLES]
     return " ".join(words)
@@ -118,7 +258,7 @@ def tokenize(text: str, lang: str) -> list[str]:
     for word in normalize(text, lang).split():
         run: list[str] = []
         for ch in word:
-            # Thai digits are in the Thai block; they must stay part of a digit run.
+            # Digits are ASCII after normalize; the check keeps any other numeral in its run.
             if _is_unspaced_char(ch) and not ch.isdigit():
                 if run:
                     tokens.append("".join(run))
@@ -160,6 +300,26 @@ def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
     return bool(find_token_runs(haystack, needle))
 
 
+def named_phrases(pred: list[str], phrases: list[list[str]]) -> list[bool]:
+    """For each phrase, whether `pred` names it (module docstring, "Naming an option").
+
+    A phrase is named when it occurs in `pred` at a position not inside an occurrence of
+    a longer phrase of `phrases`. Empty phrases are never named.
+    """
+    spans = [(i, i + len(p), k) for k, p in enumerate(phrases) for i in find_token_runs(pred, p)]
+    named = [False] * len(phrases)
+    for start, end, k in spans:
+        if not any(s <= start and end <= e and e - s > end - start for s, e, _ in spans):
+            named[k] = True
+    return named
+
+
+def _is_repeat(pred: list[str], gold: list[str]) -> bool:
+    """`pred` is `gold` two or more times over and nothing else."""
+    n = len(gold)
+    return n > 0 and len(pred) >= 2 * n and len(pred) % n == 0 and pred == gold * (len(pred) // n)
+
+
 def _f1(pred: list[str], gold: list[str]) -> float:
     if not pred or not gold:
         return 0.0
@@ -193,7 +353,13 @@ def contains(prediction: str, gold: str, lang: str) -> bool:
 
 @dataclass(frozen=True)
 class Judgement:
-    """The verdict on one prediction; see the module docstring for each definition."""
+    """The verdict on one prediction; see the module docstring for each definition.
+
+    options_named is None when no options were given (`judge` without `options`);
+    pred_option is set by `judge_candidates` only. judged is the text the flags were
+    computed on (the first non-empty line; in `candidates` the text after a label, or
+    the labelled option's text); it is not part of equality.
+    """
 
     exact_match: bool
     f1: float
@@ -201,6 +367,11 @@ class Judgement:
     echo: bool
     too_long: bool
     correct: bool
+    hedge: bool = False
+    repeat: bool = False
+    options_named: int | None = None
+    pred_option: int | None = None
+    judged: str = field(default="", compare=False)
 
 
 _EMPTY = Judgement(exact_match=False, f1=0.0, contains=False, echo=False, too_long=False, correct=False)
@@ -227,6 +398,27 @@ def _passage_copy(pred: list[str], passage: list[str], max_run: int) -> bool:
     return any(tuple(pred[i : i + n]) in grams for i in range(len(pred) - n + 1))
 
 
+def _scores(pred: list[str], gold_tokens: list[list[str]], lang: str, question: str, passage: str,
+            max_length_factor: float, max_length_slack: int) -> dict:
+    """exact_match, f1, the contained golds, too_long and echo of non-empty `pred`."""
+    contained = [g for g in gold_tokens if contains_tokens(pred, g)]
+    # Measure length against the gold actually given, so a long gold does not
+    # license a long answer that only contains a short gold.
+    reference = max(contained or gold_tokens, key=len)
+    max_tokens = max_length_factor * len(reference) + max_length_slack
+    too_long = len(pred) > max_tokens
+    echo = _question_echo(pred, contained, tokenize(question, lang))
+    if not echo and too_long and passage:
+        echo = _passage_copy(pred, tokenize(passage, lang), int(max_tokens))
+    return dict(
+        exact_match=any(pred == g for g in gold_tokens),
+        f1=max(_f1(pred, g) for g in gold_tokens),
+        contained=contained,
+        too_long=too_long,
+        echo=echo,
+    )
+
+
 def judge(
     prediction: str,
     golds: list[str],
@@ -235,36 +427,134 @@ def judge(
     passage: str = "",
     max_length_factor: float = 3.0,
     max_length_slack: int = 3,
+    options: list[str] | None = None,
 ) -> Judgement:
     """Judge the first non-empty line of `prediction` against `golds`.
 
-    Promises exactly the definitions of the module docstring: correct is
-    contains and not echo and not too_long; an empty prediction, or one judged
-    against golds that all have no tokens, gets the all-false Judgement with f1 0.0.
+    Promises exactly the definitions of the module docstring: correct is contains and
+    not echo and not too_long and not hedge and not repeat. `options` (the item's
+    options, gold included) enable hedge and options_named; without them hedge is false
+    and options_named None. An empty prediction, or one judged against golds that all
+    have no tokens, gets the all-false Judgement with f1 0.0 (options_named 0 when
+    options are given).
     """
-    pred = tokenize(first_line(prediction), lang)
+    line = first_line(prediction)
+    pred = tokenize(line, lang)
     gold_tokens = [toks for toks in (tokenize(g, lang) for g in golds) if toks]
+    n_options = None if options is None else 0
     if not pred or not gold_tokens:
-        return _EMPTY
+        return Judgement(False, 0.0, False, False, False, False, options_named=n_options, judged=line)
 
-    em = any(pred == g for g in gold_tokens)
-    f1 = max(_f1(pred, g) for g in gold_tokens)
-    contained = [g for g in gold_tokens if contains_tokens(pred, g)]
-    # Measure length against the gold actually given, so a long gold does not
-    # license a long answer that only contains a short gold.
-    reference = max(contained or gold_tokens, key=len)
-    max_tokens = max_length_factor * len(reference) + max_length_slack
-    too_long = len(pred) > max_tokens
-
-    echo = _question_echo(pred, contained, tokenize(question, lang))
-    if not echo and too_long and passage:
-        echo = _passage_copy(pred, tokenize(passage, lang), int(max_tokens))
+    s = _scores(pred, gold_tokens, lang, question, passage, max_length_factor, max_length_slack)
+    contained = bool(s["contained"])
+    hedge = False
+    if options is not None:
+        option_tokens = [tokenize(o, lang) for o in options]
+        named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
+        n_options = sum(named)
+        hedge = contained and any(n and toks not in gold_tokens for n, toks in zip(named, option_tokens))
+    repeat = not s["exact_match"] and any(_is_repeat(pred, g) for g in gold_tokens)
 
     return Judgement(
-        exact_match=em,
-        f1=f1,
-        contains=bool(contained),
+        exact_match=s["exact_match"],
+        f1=s["f1"],
+        contains=contained,
+        echo=s["echo"],
+        too_long=s["too_long"],
+        correct=contained and not s["echo"] and not s["too_long"] and not hedge and not repeat,
+        hedge=hedge,
+        repeat=repeat,
+        options_named=n_options,
+        judged=line,
+    )
+
+
+# Option labels: the prompt's letters (A-H) in either case, and the Greek and Cyrillic
+# capitals that look like Latin capitals (module docstring, `candidates` format).
+LABEL_LETTERS = LETTERS
+_LABEL_LOOKALIKES = {
+    "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0397": "H",  # Greek Α Β Ε Η
+    "\u0410": "A", "\u0412": "B", "\u0421": "C", "\u0415": "E", "\u041d": "H",  # Cyrillic А В С Е Н
+}
+_L = "[A-Ha-h" + "".join(_LABEL_LOOKALIKES) + "]"
+_BARE_LABEL = re.compile(rf"^(?:\(({_L})\)|\[({_L})\]|({_L})[).:。、]?)[.:。、]?$")
+# After "." or ":" (or the CJK "。" "、") the text must not start with a Latin letter, so
+# "E.ON", "e.g. 1427" and "A.D. 1427" are not labels, while "A. 1427" and "Ａ．１４２７" are.
+_TEXT_LABEL = re.compile(rf"^(?:\(({_L})\)|\[({_L})\]|({_L})\)|({_L})[.:。、](?![A-Za-z]))\s*(.+)$", re.S)
+
+
+def option_label(line: str, n_options: int) -> tuple[int | None, str]:
+    """(index of the option a leading label names, the text after the label).
+
+    (None, line) when `line` does not start with a label of one of the first `n_options`
+    letters. The line is NFKC-normalised first, so the returned text is too.
+    """
+    text = unicodedata.normalize("NFKC", line).strip()
+    m = _BARE_LABEL.match(text)
+    rest = ""
+    if m is None:
+        m = _TEXT_LABEL.match(text)
+        if m is None:
+            return None, line
+        rest = m.group(m.lastindex).strip()
+    letter = next(g for g in m.groups() if g)
+    letter = _LABEL_LOOKALIKES.get(letter, letter).upper()
+    k = LABEL_LETTERS.find(letter)
+    if k < 0 or k >= n_options:
+        return None, line
+    return k, rest
+
+
+def judge_candidates(
+    output: str,
+    options: list[str],
+    gold_option: int,
+    lang: str,
+    question: str = "",
+    passage: str = "",
+    letters: bool = True,
+    max_length_factor: float = 3.0,
+    max_length_slack: int = 3,
+) -> Judgement:
+    """Judge a `candidates` answer: correct only when it names exactly the gold option.
+
+    Promises the module docstring's `candidates` rules. `letters` is True for the
+    "letters" prompt style (labels A-H count), False for "bullets" (only option texts).
+    """
+    if not 0 <= gold_option < len(options):
+        raise ValueError(f"gold_option {gold_option} is not an index of {len(options)} options")
+    line = first_line(output)
+    label, judged = option_label(line, len(options)) if letters else (None, line)
+    bare = label is not None and not judged
+    if bare:
+        judged = options[label]
+    pred = tokenize(judged, lang)
+    option_tokens = [tokenize(o, lang) for o in options]
+    named = set() if bare else {k for k, n in enumerate(named_phrases(pred, option_tokens)) if n}
+    if label is not None:
+        named.add(label)
+    pred_option = next(iter(named)) if len(named) == 1 else None
+    gold_tokens = option_tokens[gold_option]
+    if not pred or not gold_tokens:
+        return Judgement(False, 0.0, False, False, False, False, options_named=len(named),
+                         pred_option=pred_option, judged=judged)
+
+    s = _scores(pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack)
+    echo, too_long = (False, False) if bare else (s["echo"], s["too_long"])
+    contained = bool(s["contained"])
+    hedge = contained and any(k != gold_option for k in named)
+    repeat = not any(pred == t for t in option_tokens) and any(_is_repeat(pred, t) for t in option_tokens)
+    return Judgement(
+        exact_match=s["exact_match"],
+        f1=s["f1"],
+        contains=contained,
         echo=echo,
         too_long=too_long,
-        correct=bool(contained) and not echo and not too_long,
+        correct=(pred_option == gold_option and contained and not echo and not too_long
+                 and not hedge and not repeat),
+        hedge=hedge,
+        repeat=repeat,
+        options_named=len(named),
+        pred_option=pred_option,
+        judged=judged,
     )
