@@ -128,11 +128,16 @@ BAD = [
     ("gguf-package-file-not-in-package", _set("models", "m", "file", "Other.Q8_0.gguf"),
      "models.m.file", "not found in package"),
     ("chat-template-invalid", _set("prompt", "chat_template", "always"), "prompt.chat_template", "not one of"),
+    ("candidates-style-invalid", _set("prompt", "candidates_style", "numbers"), "prompt.candidates_style",
+     "not one of"),
+    ("template-kwargs-not-a-mapping", _set("prompt", "template_kwargs", ["enable_thinking"]),
+     "prompt.template_kwargs", "not of type 'object'"),
     ("seed-negative", _set("seed", -1), "seed", "minimum"),
     ("seed-bool", _set("seed", True), "seed", "integer"),
     ("bad-dtype", _set("models", "m", "dtype", "int8"), "models.m.dtype", "not one of"),
     ("judge-factor-zero", _set("judge", "max_length_factor", 0), "judge.max_length_factor", "less than or equal"),
     ("pool-max-zero", _set("items", "pool_max", 0), "items.pool_max", "minimum"),
+    ("distractors-invalid", _set("items", "distractors", "random"), "items.distractors", "not one of"),
     ("dataset-named-all", lambda c: c["datasets"].update(all=c["datasets"].pop("d")), "datasets", "reserved"),
     ("language-named-all", _set("datasets", "d", "languages", ["en", "all"]), "datasets.d.languages.1", "reserved"),
     ("bootstrap-replicates-zero", _set("metrics", "bootstrap_replicates", 0), "metrics.bootstrap_replicates", "minimum"),
@@ -218,7 +223,7 @@ def test_minimal_config_gets_schema_defaults():
     assert full["evaluation"]["batch_size"] == 8
     assert full["evaluation"]["formats"] == ["open", "candidates", "mc"]
     assert full["evaluation"]["max_new_tokens"] == 32
-    assert full["items"] == {"pool_max": 600, "max_per_language": 200}
+    assert full["items"] == {"pool_max": 600, "max_per_language": 200, "distractors": "passage"}
     assert full["prompt"]["chat_template"] == "auto"
     assert full["judge"]["max_length_slack"] == 3
     assert full["models"]["m"]["dtype"] == "float32"

@@ -196,12 +196,40 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
     assert 0.0 <= by[("en", "candidates")][1] <= 1.0
     sel = con.execute("SELECT n_pool, n_selected FROM selection WHERE lang = 'en'").fetchone()
     assert sel[0] == 24 and 0 < sel[1] <= 10
-    # With the answer prefix, the gold's first token is the model's top choice on items it answers.
-    import os
-    os.chdir(work)  # the views resolve their Parquet paths from the project root
-    median_rank = con.execute(
-        "SELECT median(gold_rank) FROM generations WHERE format = 'open' AND lang = 'en'").fetchone()[0]
+    # With the answer prefix, the gold's first visible token is the model's top choice on the
+    # items it answers (greedy wrote it).
+    median_rank = con.execute("SELECT median(gold_rank) FROM item_outcomes WHERE open_correct AND lang = 'en'"
+                              ).fetchone()[0]
     assert median_rank == 1
+
+
+def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_passage(smoke_run):
+    """The measuring instruments on the real model's logs: the gold rank ranks a visible token, a
+    candidates answer that names 2+ options is wrong, every option of a passage item is in its passage."""
+    work, _ = smoke_run
+    logs = pl.concat([pl.read_parquet(p) for p in (work / "results").glob("**/*.parquet")
+                      if ("generations" in p.parts or "pool" in p.parts)], how="vertical")
+    open_ = logs.filter((pl.col("format") == "open") & (pl.col("decode") == "greedy"))
+    assert open_.height > 0 and open_["gold_token"].null_count() == 0
+    assert open_.filter(pl.col("gold_token").str.strip_chars() == "").height == 0
+    assert open_["gold_token_offset"].max() >= 1  # some golds start with a bare space (digits)
+    assert open_["gold_logprob_answer"].null_count() == 0
+    assert (open_["gold_logprob_answer"] <= open_["gold_logprob"] + 1e-4).all()  # a sum of log-probs
+    cand = logs.filter(pl.col("format") == "candidates")
+    assert cand["options_named"].null_count() == 0
+    assert not cand.filter(pl.col("options_named") >= 2)["correct"].any()
+    assert (cand.filter(pl.col("correct"))["options_named"] == 1).all()
+    for lang in ("en", "es"):
+        items = pl.read_parquet(work / f"results/items/sample/{lang}.parquet")
+        assert items.height > 0
+        for item in items.iter_rows(named=True):
+            assert all(o in item["context"] for o in item["options"]), item["item_id"]
+            assert set(item["distractor_sources"]) <= {"answer", "span"}
+            assert item["distractors_in_passage"]
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    bias = con.execute("SELECT format, sum(n_chosen), max(n_items) FROM position_bias WHERE lang = 'all' "
+                       "AND method = 'dense' GROUP BY format ORDER BY format").fetchall()
+    assert [b[0] for b in bias] == ["candidates", "mc"] and all(b[1] == b[2] for b in bias)
 
 
 CHECKPOINTS = [(m, s) for m in ("magnitude", "wanda", "sparsegpt") for s in ("0.1", "0.3")]
@@ -260,8 +288,9 @@ def test_cli_prints_a_query_result(smoke_run):
 
 
 METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
+                 "position_bias", "accuracy_by_distractor_source",
                  "selection", "item_outcomes", "rates", "item_values", "bootstrap_units", "bootstrap_weights")
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode",
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias",
            "concept_coverage", "concept_extremes", "concept_damage")
 
 

@@ -46,18 +46,21 @@ def test_mc_scores_equal_one_forward_per_option():
             assert abs(got[b][k] - naive_logprob(model, p, c)) < 1e-4, (b, k)
 
 
-def test_gold_rank_equals_argsort_of_logits():
+def test_token_ranks_equal_argsort_of_logits_at_each_teacher_forced_position():
     model = make_tiny_model(200)
     prompts = _prompts()
     state = engine.prefill(model, prompts, PAD)
-    targets = torch.tensor([5, 17, 150, 3])
-    ranks, logps = engine.token_ranks(state.last_logits, targets)
+    conts = [[[5, 17, 150]], [[17], [3, 9]], [], [[150, 4]]]  # rows with 1, 2, 0 and 1 continuations
+    got = engine.score_tokens(model, state, conts, PAD)
+    assert [len(r) for r in got] == [1, 2, 0, 1]
     for b, p in enumerate(prompts):
-        with torch.no_grad():
-            logits = model(input_ids=torch.tensor([p])).logits[0, -1]
-        order = torch.argsort(logits, descending=True).tolist()
-        assert int(ranks[b]) == order.index(int(targets[b])) + 1
-        assert abs(float(logps[b]) - float(torch.log_softmax(logits, -1)[targets[b]])) < 1e-4
+        for k, c in enumerate(conts[b]):
+            for j, t in enumerate(c):
+                with torch.no_grad():
+                    logits = model(input_ids=torch.tensor([p + c[:j]])).logits[0, -1]
+                order = torch.argsort(logits, descending=True).tolist()
+                assert got[b][k].ranks[j] == order.index(t) + 1, (b, k, j)
+                assert abs(got[b][k].logprobs[j] - float(torch.log_softmax(logits, -1)[t])) < 1e-4
 
 
 def test_scoring_leaves_prefill_cache_usable_for_greedy():

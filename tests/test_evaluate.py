@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, chosen_option, evaluate_items
+from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, _judge_row, evaluate_items
 from benchmark_illusion.prompts import PromptSettings, build_prompt
 from conftest import make_tiny_model
 
@@ -74,21 +74,93 @@ def test_mc_scores_equal_one_forward_per_option(tiny, bundled_tokenizer, items, 
     assert any(merged) == (prefix == "Answer: ")
 
 
-def test_gold_rank_equals_argsort_of_the_logits(tiny, bundled_tokenizer, items):
-    settings = EvalSettings(formats=("open",), batch_size=4, max_new_tokens=4)
-    df = evaluate_items(tiny, bundled_tokenizer, items, settings, RunMeta("tiny"), progress=False)
-    for row in df.iter_rows(named=True):
-        item = next(i for i in ITEMS if i["item_id"] == row["item_id"])
-        prompt = build_prompt(bundled_tokenizer, settings.prompt, item, "open")
-        p_ids = encode(bundled_tokenizer, prompt)
+def _reference_gold(tok, model, prompt, answers):
+    """Per gold, the slow way: skip leading whitespace-only tokens, rank the next one by a full forward pass."""
+    p_ids = encode(tok, prompt)
+    out = []
+    for a in answers:
+        cont = encode(tok, prompt + " " + a)[len(p_ids):]
+        k = next(j for j, t in enumerate(cont) if tok.decode([t]).strip())
         with torch.no_grad():
-            logits = tiny(input_ids=torch.tensor([p_ids])).logits[0, -1]
+            logits = model(input_ids=torch.tensor([p_ids + cont[:k]])).logits[0, -1]
         order = torch.argsort(logits, descending=True).tolist()
-        firsts = {encode(bundled_tokenizer, prompt + " " + a)[len(p_ids)] for a in item["answers"]}
-        ranks = {t: order.index(t) + 1 for t in firsts}
-        best = min(ranks, key=ranks.get)
-        assert row["gold_rank"] == ranks[best]
-        assert row["gold_logprob"] == pytest.approx(float(torch.log_softmax(logits, -1)[best]), abs=1e-4)
+        out.append(dict(rank=order.index(cont[k]) + 1, offset=k, token=cont[k],
+                        logprob=float(torch.log_softmax(logits, -1)[cont[k]]),
+                        answer=naive_logprob(model, p_ids, cont), n_bytes=len(a.encode())))
+    return out
+
+
+NUMERIC_ITEMS = [
+    dict(item_id="n-1", lang="en", question="When did it open?", context="It opened in 1427 after a long war.",
+         answers=["1427"], options=["1427", "1500", "1600", "1700"], gold_option=0),
+    dict(item_id="n-2", lang="en", question="How many came?", context="About 12,000 people came.",
+         answers=["12,000", "about 12,000"], options=["12,000", "200", "3", "44"], gold_option=0),
+    dict(item_id="n-3", lang="bn", question="কবে?", context="বাংলাদেশ ১৯৭১ সালে স্বাধীন হয়।",
+         answers=["১৯৭১"], options=["১৯৭১", "১৯৫২", "১৯৪৭", "১৯৯০"], gold_option=0),
+]
+
+
+def test_gold_rank_ranks_the_first_visible_token_by_argsort_of_the_logits(tiny, bundled_tokenizer, items):
+    """Leading whitespace tokens (' ' before digits, before Bengali bytes) are teacher-forced, then ranked."""
+    all_items = pl.concat([items, pl.DataFrame(NUMERIC_ITEMS)])
+    settings = EvalSettings(formats=("open",), batch_size=4, max_new_tokens=4)
+    df = evaluate_items(tiny, bundled_tokenizer, all_items, settings, RunMeta("tiny"), progress=False)
+    offsets = []
+    for row in df.iter_rows(named=True):
+        item = next(i for i in ITEMS + NUMERIC_ITEMS if i["item_id"] == row["item_id"])
+        prompt = build_prompt(bundled_tokenizer, settings.prompt, item, "open")
+        ref = _reference_gold(bundled_tokenizer, tiny, prompt, item["answers"])
+        best = min(range(len(ref)), key=lambda j: ref[j]["rank"])
+        assert row["gold_rank"] == ref[best]["rank"], row["item_id"]
+        assert row["gold_token_offset"] == ref[best]["offset"]
+        assert row["gold_token"] == bundled_tokenizer.decode([ref[best]["token"]])
+        assert row["gold_token"].strip()
+        assert row["gold_logprob"] == pytest.approx(ref[best]["logprob"], abs=1e-4)
+        whole = max(ref, key=lambda r: r["answer"])
+        assert row["gold_logprob_answer"] == pytest.approx(whole["answer"], abs=1e-3)
+        assert row["gold_logprob_answer_per_byte"] == pytest.approx(whole["answer"] / whole["n_bytes"], abs=1e-3)
+        offsets.append(row["gold_token_offset"])
+    assert max(offsets) >= 1  # the digit and Bengali golds start with a bare space
+
+
+def test_whole_gold_logprob_equals_the_mc_score_of_the_gold_option(tiny, bundled_tokenizer):
+    one_gold = pl.DataFrame([i for i in ITEMS + NUMERIC_ITEMS if len(i["answers"]) == 1])
+    df = evaluate_items(tiny, bundled_tokenizer, one_gold, EvalSettings(formats=("open", "mc"), max_new_tokens=2),
+                        RunMeta("tiny"), progress=False)
+    open_ = {r["item_id"]: r for r in df.filter(pl.col("format") == "open").iter_rows(named=True)}
+    for r in df.filter(pl.col("format") == "mc").iter_rows(named=True):
+        item = next(i for i in ITEMS + NUMERIC_ITEMS if i["item_id"] == r["item_id"])
+        if item["options"][item["gold_option"]] == item["answers"][0]:
+            assert open_[r["item_id"]]["gold_logprob_answer"] == pytest.approx(r["option_ll"][item["gold_option"]],
+                                                                               abs=1e-4)
+
+
+@pytest.mark.parametrize("gold, visible, partial", [
+    ("1427", "1", False), ("12,000", "1", False), ("Paris", " Paris", False),
+    ("the Portuguese", " the", False), ("北京", None, True), ("১৯৭১", None, True),
+    ("Αθήνα", None, None), ("กรุงเทพ", None, None), ("दिल्ली", None, None), ("القاهرة", None, None),
+])
+def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(bundled_tokenizer, gold, visible, partial):
+    """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces are flagged."""
+    from benchmark_illusion.evaluate import Tokens, _gold_continuations, _gold_rank
+    from benchmark_illusion.engine import ContinuationScores
+
+    toks = Tokens(bundled_tokenizer, PromptSettings())
+    item = dict(ITEMS[0], answers=[gold])
+    text = build_prompt(bundled_tokenizer, PromptSettings(), item, "open")
+    ids = toks.encode(text)
+    golds = _gold_continuations(toks, text, ids, [gold])
+    cont = golds[0][1]
+    fake = [ContinuationScores([-1.0] * len(cont), list(range(1, len(cont) + 1)))]
+    got = _gold_rank(toks, golds, fake)
+    assert got["gold_token"].strip(), (gold, got)
+    assert all(not bundled_tokenizer.decode([t]).strip() for t in cont[: got["gold_token_offset"]])
+    assert got["gold_rank"] == got["gold_token_offset"] + 1  # the fake rank of position k is k + 1
+    if visible is not None:
+        assert got["gold_token"] == visible
+    if partial is not None:
+        assert got["gold_token_partial"] is partial
+    assert got["gold_token_partial"] == ("\ufffd" in got["gold_token"])
 
 
 def test_batching_does_not_change_results(tiny, bundled_tokenizer, items):
@@ -121,24 +193,96 @@ def test_prompts_end_with_the_answer_prefix_in_both_template_modes(bundled_token
     item = ITEMS[0]
     chat = build_prompt(bundled_tokenizer, PromptSettings(), item, "open")
     assert chat.startswith("<|im_start|>") and chat.endswith("<|im_start|>assistant\nAnswer:")
-    plain = build_prompt(bundled_tokenizer, PromptSettings(chat_template=False), item, "candidates")
+    plain = build_prompt(bundled_tokenizer, PromptSettings(chat_template=False, candidates_style="letters"), item,
+                         "candidates")
     assert "<|im_start|>" not in plain and plain.endswith("\n\nAnswer:")
     assert "B. Port Alder" in plain
     one = build_prompt(bundled_tokenizer, PromptSettings(), item, "oneshot", exemplar=ITEMS[1])
     assert one.count("Answer:") == 2 and "Answer: 1931" in one and one.endswith("Answer:")
 
 
+LETTERS_STYLE = EvalSettings(prompt=PromptSettings(candidates_style="letters"))
+
+
 @pytest.mark.parametrize(
-    "output, expect",
+    "output, pred_option, answer_norm, correct",
     [
-        (" C. Talbach", (2, "Talbach")),  # the label's text is judged, not the label
-        ("C", (2, "1742")),  # a bare label stands for its option
-        ("(B)", (1, "London")),
-        ("D. Berlin\nmore", (3, "Berlin")),
-        ("1742", (2, "1742")),  # text matching an option
-        ("Somewhere else", (None, "Somewhere else")),
-        ("An answer", (None, "An answer")),  # an article is not a label
+        (" C. Talbach", 2, "talbach", False),  # the label's text is judged: not the label's option
+        ("C", 2, "1742", True),  # a bare label stands for its option
+        ("(B)", 1, "london", False),
+        ("D. Berlin\nmore", 3, "berlin", False),
+        ("1742", 2, "1742", True),  # text matching an option
+        ("Somewhere else", None, "somewhere else", False),
+        ("An answer", None, "answer", False),  # an article is not a label
+        ("Paris, 1742", None, "paris 1742", False),  # two options named
     ],
 )
-def test_candidates_answer_parsing(output, expect):
-    assert chosen_option(output, ["Paris", "London", "1742", "Berlin"], "en") == expect
+def test_candidates_rows_are_judged_by_judge_candidates(output, pred_option, answer_norm, correct):
+    item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
+    row = _judge_row(output, item, LETTERS_STYLE, "candidates")
+    assert (row["pred_option"], row["answer_norm"], row["correct"]) == (pred_option, answer_norm, correct)
+    assert row["options_named"] == (2 if pred_option is None and "," in output else int(pred_option is not None))
+
+
+def test_candidates_bullets_style_ignores_letters():
+    item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
+    bullets = EvalSettings(prompt=PromptSettings(candidates_style="bullets"))
+    assert _judge_row("C", item, LETTERS_STYLE, "candidates")["correct"]
+    row = _judge_row("C", item, bullets, "candidates")
+    assert not row["correct"] and row["pred_option"] is None and row["options_named"] == 0
+    assert _judge_row("1742", item, bullets, "candidates")["correct"]
+
+
+def test_open_rows_log_hedge_repeat_and_options_named():
+    item = ITEMS[1]  # options 1987, 42, 1931 (gold), 120
+    row = _judge_row("1931 or 1987", item, EvalSettings())
+    assert row["contains"] and row["hedge"] and not row["correct"] and row["options_named"] == 2
+    assert "pred_option" not in row
+    row = _judge_row("1931 1931 1931", item, EvalSettings())
+    assert row["repeat"] and not row["correct"] and row["options_named"] == 1
+    row = _judge_row("It was built in 1931.", item, EvalSettings())
+    assert row["correct"] and not row["hedge"] and not row["repeat"]
+
+
+QWEN3_STYLE_TEMPLATE = (
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+
+def test_a_thinking_template_gets_enable_thinking_false_unless_the_config_sets_it(bundled_tokenizer):
+    import copy
+
+    tok = copy.deepcopy(bundled_tokenizer)
+    tok.chat_template = QWEN3_STYLE_TEMPLATE
+    item = ITEMS[0]
+    default = build_prompt(tok, PromptSettings(), item, "open")
+    assert default.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:")
+    thinking = build_prompt(tok, PromptSettings(template_kwargs={"enable_thinking": True}), item, "open")
+    assert thinking.endswith("<|im_start|>assistant\nAnswer:")
+    # every format and the one-shot turns go through the same kwargs
+    shot = build_prompt(tok, PromptSettings(), item, "oneshot", exemplar=ITEMS[2])
+    assert shot.endswith("<think>\n\n</think>\n\nAnswer:")
+    # the bundled template does not read enable_thinking: nothing is added, the prompt is unchanged
+    assert PromptSettings().chat_template_kwargs(bundled_tokenizer) == {}
+    assert "<think>" not in build_prompt(bundled_tokenizer, PromptSettings(), item, "open")
+    # other template kwargs reach the template
+    tok.chat_template = "{{- greeting }}{{- messages[-1].content }}"
+    assert build_prompt(tok, PromptSettings(template_kwargs={"greeting": "Hi! "}), item, "open").startswith("Hi! ")
+
+
+@pytest.mark.parametrize("style", ["letters", "bullets"])
+def test_candidates_prompt_lists_every_option_in_its_style(bundled_tokenizer, style):
+    item = ITEMS[1]
+    text = build_prompt(bundled_tokenizer, PromptSettings(candidates_style=style), item, "candidates")
+    lines = text.split("Options:\n")[1].split("<|im_end|>")[0].split("\n")
+    if style == "letters":
+        assert lines == [f"{'ABCD'[k]}. {o}" for k, o in enumerate(item["options"])]
+    else:
+        assert lines == [f"- {o}" for o in item["options"]]
+        assert "A. " not in text
+    with pytest.raises(ValueError, match="candidates_style"):
+        PromptSettings(candidates_style="numbers")

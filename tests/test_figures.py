@@ -20,8 +20,10 @@ def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, ran
     base = dict(model=model, method=method, structure=structure, sparsity=sparsity, dataset="d", lang=lang,
                 item_id=item, sample=0, seed=0)
     out = [dict(base, format="open", decode="greedy", correct=open_ok, gold_rank=rank),
-           dict(base, format="mc", decode="loglik", correct=mc_ok, correct_norm=mc_ok),
-           dict(base, format="candidates", decode="greedy", correct=open_ok)]
+           dict(base, format="mc", decode="loglik", correct=mc_ok, correct_norm=mc_ok, pred_option=0 if mc_ok else 1,
+                gold_option=0),
+           dict(base, format="candidates", decode="greedy", correct=open_ok, pred_option=0 if open_ok else 2,
+                gold_option=0)]
     if mc_ok and not open_ok:  # recovery decodes on MC-only items
         out += [dict(base, format="open", decode="beam", sample=k, correct=k == 1) for k in range(2)]
         out.append(dict(base, format="oneshot", decode="greedy", correct=rank < 5))
@@ -44,7 +46,8 @@ def database(tmp_path: Path, checkpoints, models=("m",)) -> Path:
     for (model, lang), ids in selected.items():
         path = tmp_path / "selected" / model / "d" / f"{lang}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang}).write_parquet(path)
+        pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang, "options": [["a", "b", "c", "d"]] * len(ids)},
+                     schema_overrides={"options": pl.List(pl.String)}).write_parquet(path)
         sel.append(str(path))
     db = tmp_path / "illusion.duckdb"
     con = duckdb.connect(str(db))

@@ -5,7 +5,14 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from benchmark_illusion.items import build_items, is_numeric, overlaps, validate_rows
+import unicodedata
+from pathlib import Path
+
+from benchmark_illusion.data import load_raw
+from benchmark_illusion.items import build_items, is_numeric, overlaps, split_sentences, validate_rows
+from benchmark_illusion.judge import tokenize
+
+ROOT = Path(__file__).resolve().parents[1]
 
 RAW_SCHEMA = {
     "id": pl.String,
@@ -74,9 +81,26 @@ def german_rows():
     ]
 
 
+TOWER = ("The tower was finished in 1889 and is 330 metres tall. It had 2 million visitors in 1900 "
+         "and 7 lifts.")
+CURIE = ("Marie Curie was born in Warsaw. She later moved to Paris, where she met Pierre Curie. "
+         "She worked with Henri Becquerel in France.")
+BEES = "Bees make honey from nectar. They collect pollen with their legs and store it in wax cells."
+
+
+def tydiqa_rows():
+    # One question per passage (as in TyDiQA-GoldP): no other question's answer to draw on.
+    return [
+        row("ty-1", "en", TOWER, "When was the tower finished?", ["1889"]),
+        row("ty-2", "en", CURIE, "Where was Marie Curie born?", ["Warsaw"]),
+        row("ty-3", "en", BEES, "What do bees make honey from?", ["nectar"]),
+    ]
+
+
 @pytest.fixture(scope="module")
 def items_df():
-    items, report = build_items(frame(english_rows() + german_rows()), seed=7)
+    """Items in 'other_answers' mode (distractors from other passages allowed)."""
+    items, report = build_items(frame(english_rows() + german_rows()), seed=7, distractors="other_answers")
     assert report["too_few_distractors"] == 0
     return items
 
@@ -172,7 +196,7 @@ def test_validate_rows_answer_found_if_any_answer_occurs():
 def test_output_columns_and_order(items_df):
     assert items_df.columns == [
         "item_id", "lang", "title", "context", "question", "answers", "options",
-        "gold_option", "distractor_sources", "exemplar_id", "answer_kind", "seed",
+        "gold_option", "distractor_sources", "distractors_in_passage", "exemplar_id", "answer_kind", "seed",
     ]
     assert items_df["item_id"].to_list() == sorted(items_df["item_id"].to_list())
     assert items_df.height == 17
@@ -207,34 +231,37 @@ def test_same_passage_answers_come_first(items_df):
     # the first two overlap each other, so exactly one of them plus 1886 are taken from
     # the passage and the third distractor comes from elsewhere.
     rahway = by_id(items_df)["en-04"]
-    assert sorted(rahway["distractor_sources"]) == ["same_kind", "same_passage", "same_passage"]
+    assert sorted(rahway["distractor_sources"]) == ["answer", "answer", "other_passage"]
     assert "1886" in rahway["options"]
     assert ("Tesla" in rahway["options"]) != ("Tesla Electric Light & Manufacturing" in rahway["options"])
     # Edison's passage has exactly three other answers, none overlapping: all are used.
     edison = by_id(items_df)["en-05"]
     assert sorted(edison["options"]) == sorted(["Edison", "Pearl Street Station", "Manhattan", "59"])
-    assert edison["distractor_sources"] == ["same_passage"] * 3
+    assert edison["distractor_sources"] == ["answer"] * 3
+    assert edison["distractors_in_passage"]
+    assert not rahway["distractors_in_passage"]
 
 
 def test_same_kind_is_preferred(items_df):
     # 1500 is alone on its passage; the English pool has the numbers 1886, 59, 1969.
     bridge = by_id(items_df)["en-09"]
     assert bridge["answer_kind"] == "numeric"
-    assert bridge["distractor_sources"] == ["same_kind"] * 3
+    assert bridge["distractor_sources"] == ["other_passage"] * 3
     assert sorted(o for o in bridge["options"] if o != "1500") == ["1886", "1969", "59"]
     # A text item off its own passage draws text answers only.
     plants = by_id(items_df)["en-12"]
     assert plants["answer_kind"] == "text"
-    assert plants["distractor_sources"] == ["same_kind"] * 3
+    assert plants["distractor_sources"] == ["other_passage"] * 3
     assert all(not is_numeric(o) for o in plants["options"])
 
 
 def test_other_kind_only_when_short(items_df):
     zug = by_id(items_df)["de-01"]  # the only German number
     assert zug["answer_kind"] == "numeric"
-    assert zug["distractor_sources"] == ["other_kind"] * 3
+    assert zug["distractor_sources"] == ["other_passage"] * 3
+    assert all(not is_numeric(o, "de") for o in zug["options"] if o != "2962")  # the other kind
     berlin = by_id(items_df)["de-02"]  # three other German text answers exist
-    assert berlin["distractor_sources"] == ["same_kind"] * 3
+    assert berlin["distractor_sources"] == ["other_passage"] * 3
     assert "2962" not in berlin["options"]
 
 
@@ -258,16 +285,20 @@ def test_exemplar_is_null_when_language_has_one_context():
     assert items["exemplar_id"].null_count() == 4
 
 
-def test_deterministic_and_independent_of_row_order():
-    rows = english_rows() + german_rows()
-    a, _ = build_items(frame(rows), seed=7)
-    b, _ = build_items(frame(list(reversed(rows))), seed=7)
+@pytest.mark.parametrize("mode", ["passage", "other_answers"])
+def test_deterministic_and_independent_of_row_order(mode):
+    rows = english_rows() + german_rows() + tydiqa_rows()
+    a, _ = build_items(frame(rows), seed=7, distractors=mode)
+    b, _ = build_items(frame(list(reversed(rows))), seed=7, distractors=mode)
+    assert a.height > 0
     assert a.equals(b)
+    c, _ = build_items(frame(rows), seed=7, distractors=mode)
+    assert a.equals(c)
 
 
 def test_adding_an_unrelated_item_leaves_other_items_unchanged(items_df):
     extra = row("fr-01", "fr", "Paris est la capitale.", "Quelle est la capitale ?", ["Paris"])
-    more, report = build_items(frame(english_rows() + german_rows() + [extra]), seed=7)
+    more, report = build_items(frame(english_rows() + german_rows() + [extra]), seed=7, distractors="other_answers")
     assert report["too_few_distractors"] == 1  # the lone French item has no candidates
     assert report["examples"]["too_few_distractors"] == ["fr-01"]
     assert more.equals(items_df)
@@ -276,16 +307,16 @@ def test_adding_an_unrelated_item_leaves_other_items_unchanged(items_df):
 def test_adding_a_same_language_item_keeps_untouched_choices():
     # A new English text answer can only displace a distractor that it outranks; the
     # numeric items draw only numbers, so they cannot change at all.
-    base, _ = build_items(frame(english_rows()), seed=7)
+    base, _ = build_items(frame(english_rows()), seed=7, distractors="other_answers")
     extra = row("en-99", "en", "Bananas are berries.", "What are bananas?", ["berries"])
-    more, _ = build_items(frame(english_rows() + [extra]), seed=7)
+    more, _ = build_items(frame(english_rows() + [extra]), seed=7, distractors="other_answers")
     before, after = by_id(base), by_id(more)
     for item_id in ["en-09", "en-10", "en-05", "en-06", "en-07", "en-08"]:
         assert after[item_id]["options"] == before[item_id]["options"], item_id
 
 
 def test_different_seed_changes_some_orders(items_df):
-    other, _ = build_items(frame(english_rows() + german_rows()), seed=8)
+    other, _ = build_items(frame(english_rows() + german_rows()), seed=8, distractors="other_answers")
     a, b = by_id(items_df), by_id(other)
     assert any(a[k]["options"] != b[k]["options"] for k in a)
     assert any(a[k]["gold_option"] != b[k]["gold_option"] for k in a)
@@ -299,10 +330,169 @@ def test_too_few_distractors_is_counted():
         row("xx-2", "xx", "gamma delta", "q2?", ["gamma"]),
         row("xx-3", "xx", "alpha gamma", "q3?", ["alpha gamma"]),  # overlaps both others
     ]
-    items, report = build_items(frame(rows), seed=3, n_distractors=1)
+    items, report = build_items(frame(rows), seed=3, n_distractors=1, distractors="other_answers")
     # xx-1 can only use gamma, xx-2 only alpha, xx-3 neither.
     assert report["n_items"] == 2
     assert report["too_few_distractors"] == 1
     assert report["examples"]["too_few_distractors"] == ["xx-3"]
     assert items["item_id"].to_list() == ["xx-1", "xx-2"]
-    assert by_id(items)["xx-1"]["distractor_sources"] == ["same_kind"]
+    assert by_id(items)["xx-1"]["distractor_sources"] == ["other_passage"]
+
+
+# --- 'passage' distractors -------------------------------------------------
+
+
+def distractors_of(item: dict) -> list[str]:
+    return [o for k, o in enumerate(item["options"]) if k != item["gold_option"]]
+
+
+def assert_passage_item(item: dict) -> None:
+    """Every option occurs verbatim in the passage; no distractor overlaps a gold or another
+    distractor (tokens after normalisation, or characters of the passage)."""
+    lang, ctx = item["lang"], item["context"]
+    assert all(o in ctx for o in item["options"]), item
+    assert item["distractors_in_passage"]
+    ds = distractors_of(item)
+    assert len(ds) == 3 and len(set(item["options"])) == 4
+    for d in ds:
+        for gold in item["answers"]:
+            assert not overlaps(d, gold, lang), (item["item_id"], d, gold)
+    for a in range(3):
+        for b in range(a + 1, 3):
+            assert not overlaps(ds[a], ds[b], lang), (ds[a], ds[b])
+            starts_a = [k for k in range(len(ctx)) if ctx.startswith(ds[a], k)]
+            starts_b = [k for k in range(len(ctx)) if ctx.startswith(ds[b], k)]
+            for x in starts_a:
+                for y in starts_b:
+                    assert x + len(ds[a]) <= y or y + len(ds[b]) <= x, (ds[a], ds[b])
+
+
+def test_split_sentences_keeps_decimals_and_abbreviations():
+    text = "It is 3.5 m long. Dr. Smith came, e.g. by car! J. R. Tolkien wrote it. 你好。再见！ok\nNew line"
+    got = [text[a:b] for a, b in split_sentences(text)]
+    assert got == ["It is 3.5 m long.", " Dr. Smith came, e.g. by car!", " J. R. Tolkien wrote it.", " 你好。",
+                   "再见！", "ok", "New line"]
+    other = "यह एक है। क्या? هل هذا؟ نعم"
+    assert [other[a:b] for a, b in split_sentences(other)] == ["यह एक है।", " क्या?", " هل هذا؟", " نعم"]
+
+
+def test_one_question_per_passage_gets_spans_of_the_gold_kind():
+    items, report = build_items(frame(tydiqa_rows()), seed=5)
+    assert report["too_few_distractors"] == 0 and report["distractors"] == "passage"
+    got = by_id(items)
+    for item in got.values():
+        assert_passage_item(item)
+        assert item["distractor_sources"] == ["span"] * 3
+    # numeric gold -> single numbers of the passage (one token, like the gold)
+    assert set(distractors_of(got["ty-1"])) <= {"330", "2", "1900", "7"}
+    # capitalised gold -> capitalised one-word spans (names, not a sentence's first word)
+    curie = distractors_of(got["ty-2"])
+    assert all(d[0].isupper() and " " not in d for d in curie), curie
+    assert set(curie) <= {"Paris", "Pierre", "Curie", "Henri", "Becquerel", "France"}
+    # other gold -> lower-case words without digits
+    bees = distractors_of(got["ty-3"])
+    assert all(d[0].islower() and " " not in d and not any(c.isdigit() for c in d) for d in bees), bees
+    assert report["distractor_sources"] == {"answer": 0, "span": 9, "other_passage": 0}
+    assert report["n_items_distractors_in_passage"] == 3
+
+
+def test_answers_of_the_passage_come_first_then_spans():
+    items, _ = build_items(frame(english_rows()), seed=7)
+    for item in items.to_dicts():
+        assert_passage_item(item)
+    # Edison's passage has exactly three other answers, none overlapping: all are used.
+    edison = by_id(items)["en-05"]
+    assert sorted(edison["options"]) == sorted(["Edison", "Pearl Street Station", "Manhattan", "59"])
+    assert edison["distractor_sources"] == ["answer"] * 3
+    # Rahway: 1886 and one of the two overlapping Tesla answers, then a capitalised span.
+    rahway = by_id(items)["en-04"]
+    assert sorted(rahway["distractor_sources"]) == ["answer", "answer", "span"]
+    assert "1886" in rahway["options"]
+    span = next(o for o, src in zip(distractors_of(rahway), rahway["distractor_sources"]) if src == "span")
+    assert span[0].isupper()
+
+
+def test_spans_of_the_gold_length_are_preferred():
+    ctx = "Yesterday Peter Hale met Anna Berg in Oslo. Later, Ivan Petrov visited Rome and Carl Jung."
+    items, _ = build_items(frame([row("p-1", "en", ctx, "Who met Anna Berg?", ["Peter Hale"])]), seed=1)
+    item = items.to_dicts()[0]
+    assert_passage_item(item)
+    assert sorted(distractors_of(item)) == ["Anna Berg", "Carl Jung", "Ivan Petrov"]
+
+
+def test_spans_never_overlap_a_gold_latin():
+    ctx = ("Edison opened the Pearl Street Station in Manhattan in 1882. PEARL STREET was busy. "
+           "Pearl and Street were names of Dutch origin. The Station served Wall Street bankers and "
+           "Broad Street traders.")
+    answers = ["Pearl Street", "Pearl Street Station"]
+    for seed in range(5):
+        items, _ = build_items(frame([row("l-1", "en", ctx, "Which street?", answers)]), seed=seed)
+        item = items.to_dicts()[0]
+        assert_passage_item(item)
+        ds = distractors_of(item)
+        # equal after normalisation, contained in a gold, containing a gold: never
+        assert not {"PEARL STREET", "Pearl", "Street", "Station", "Street Station", "Pearl Street Station"} & set(ds)
+        assert {"Wall Street", "Broad Street"} <= set(ds)  # the two-token names come first
+
+
+def test_spans_never_overlap_a_gold_chinese():
+    ctx = "北京大学位于北京市海淀区，成立于1898年。清华大学也位于海淀区。两所大学都很有名。"
+    answers = ["北京大学", "北大"]
+    for seed in range(5):
+        items, _ = build_items(frame([row("z-1", "zh", ctx, "哪所大学成立于1898年？", answers)]), seed=seed)
+        item = items.to_dicts()[0]
+        assert_passage_item(item)
+        for d in distractors_of(item):
+            # characters of the passage, four judge tokens like the gold, no digit (the gold has none)
+            assert len(tokenize(d, "zh")) == 4 and not any(c.isdigit() for c in d), d
+            assert "，" not in d and "。" not in d
+            assert "北京大学" not in d and d not in "北京大学"
+
+
+def test_spans_never_overlap_a_gold_greek_and_thai():
+    ctx = ("Η Αθήνα είναι η πρωτεύουσα της Ελλάδας. Η ΑΘΗΝΑ έχει πολλούς κατοίκους. "
+           "Ο Παρθενώνας βρίσκεται στην Ακρόπολη της Αθήνας.")
+    items, _ = build_items(frame([row("el-1", "el", ctx, "Ποια είναι η πρωτεύουσα;", ["Αθήνα"])]), seed=2)
+    item = items.to_dicts()[0]
+    assert_passage_item(item)
+    assert "ΑΘΗΝΑ" not in item["options"]  # equal to the gold once accents and case are gone
+    assert set(distractors_of(item)) <= {"Ελλάδας", "Ακρόπολη", "Αθήνας", "Παρθενώνας"}
+
+    ctx = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย มีประชากรประมาณ 8 ล้านคน และมีวัดมากมาย"
+    items, _ = build_items(frame([row("th-1", "th", ctx, "เมืองหลวงของไทยคืออะไร", ["กรุงเทพมหานคร"])]), seed=2)
+    item = items.to_dicts()[0]
+    assert_passage_item(item)
+    for d in distractors_of(item):
+        # cut at characters, never before a combining vowel or tone mark, never across a space
+        assert not unicodedata.category(d[0]).startswith("M") and " " not in d, d
+        assert not any(c.isdigit() for c in d)
+
+
+def test_passage_mode_drops_and_counts_items_without_three_distractors():
+    rows = tydiqa_rows() + [row("ty-9", "en", "Paris is big.", "Which city is big?", ["Paris"])]
+    items, report = build_items(frame(rows), seed=5)
+    assert report["too_few_distractors"] == 1
+    assert report["examples"]["too_few_distractors"] == ["ty-9"]
+    assert report["n_items"] == 3 and items["item_id"].to_list() == ["ty-1", "ty-2", "ty-3"]
+    # the same passage in 'other_answers' mode borrows answers of other passages
+    items, report = build_items(frame(rows), seed=5, distractors="other_answers")
+    assert report["too_few_distractors"] == 0
+    assert not by_id(items)["ty-9"]["distractors_in_passage"]
+    assert set(by_id(items)["ty-9"]["distractor_sources"]) == {"other_passage"}
+
+
+def test_unknown_distractor_mode_is_refused():
+    with pytest.raises(ValueError, match="distractors"):
+        build_items(frame(tydiqa_rows()), seed=5, distractors="random")
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "es"])
+def test_sample_set_options_all_occur_in_their_passage(lang):
+    raw = load_raw({"source": "squad_json", "path": str(ROOT / "resources" / "sample_qa" / "{lang}.json")}, lang)
+    good, _ = validate_rows(raw, extractive=True)
+    items, report = build_items(good, seed=1234)
+    assert report["n_items"] + report["too_few_distractors"] == good.height
+    assert items.height >= good.height * 2 // 3
+    for item in items.to_dicts():
+        assert_passage_item(item)
+        assert set(item["distractor_sources"]) <= {"answer", "span"}

@@ -16,14 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
-def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None, lang="en", correct_norm=None):
+def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None, lang="en", correct_norm=None,
+        partial=None):
     decode = decode or {"mc": "loglik"}.get(fmt, "greedy")
+    if partial is None and rank is not None:
+        partial = False
     if fmt == "mc" and correct_norm is None:
         correct_norm = correct
     return dict(model="m", method=method, structure="none" if method == "dense" else "unstructured",
                 sparsity=0.0 if method == "dense" else 0.5, dataset="d", lang=lang, item_id=item, format=fmt,
                 decode=decode, sample=sample, output=answer or "", answer_norm=answer, correct=correct,
-                correct_norm=correct_norm, gold_rank=rank, seed=0)
+                correct_norm=correct_norm, gold_rank=rank, gold_token_partial=partial, seed=0)
 
 
 def frame(rows):
@@ -33,7 +36,9 @@ def frame(rows):
 def selected_file(tmp_path, ids, lang="en"):
     path = tmp_path / "selected" / "m" / "d" / f"{lang}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"item_id": ids, "dataset": ["d"] * len(ids), "lang": [lang] * len(ids)}).write_parquet(path)
+    pl.DataFrame({"item_id": ids, "dataset": ["d"] * len(ids), "lang": [lang] * len(ids),
+                  "options": [["a", "b", "c", "d"]] * len(ids)}, schema_overrides={"options": pl.List(pl.String)},
+                 ).write_parquet(path)
     return str(path)
 
 
@@ -53,7 +58,7 @@ DENSE = [r for item in ("i1", "i2", "i3", "i4")
                    row("dense", item, "candidates", item != "i4"))]
 # The selection pool: the four selected items plus three the dense model got wrong in open.
 POOL = DENSE + [row("dense", "i5", "open", False, rank=12), row("dense", "i5", "mc", True),
-                row("dense", "i6", "open", False, rank=300), row("dense", "i6", "mc", False),
+                row("dense", "i6", "open", False, rank=300, partial=True), row("dense", "i6", "mc", False),
                 row("dense", "i7", "open", False, rank=2), row("dense", "i7", "mc", False)]
 PRUNED = [
     # i1: MC-only; the top beam is wrong, another beam right; samples a,a,a (wrong), b,b (right)
@@ -130,12 +135,12 @@ def test_rates_by_hand(db):
     # over the three wrong open answers: i1 demoted, i2 erased, i3 demoted
     assert rate(db, "demoted") == (3, 2 / 3)
     assert rate(db, "erased") == (3, 1 / 3)
-    # gold ranks: MC-only 3, 40; open-correct 1; dense-failed pool items 12, 300, 2
+    # gold ranks: MC-only 3, 40; open-correct 1; dense-failed pool items 12, 2 (i6: a byte piece, no rank)
     assert rate(db, "top1_mc_only") == (2, 0.0)
     assert rate(db, "top5_mc_only") == (2, 0.5)
     assert rate(db, "top10_open_correct") == (1, 1.0)
-    assert rate(db, "top5_dense_failed", method="dense") == (3, 1 / 3)
-    assert rate(db, "top10_dense_failed", method="dense") == (3, 1 / 3)
+    assert rate(db, "top5_dense_failed", method="dense") == (2, 1 / 2)
+    assert rate(db, "top10_dense_failed", method="dense") == (2, 1 / 2)
 
 
 def test_accuracy_by_hand(db):
@@ -181,14 +186,14 @@ def test_recovery_by_hand(db):
 
 def test_gold_rank_by_hand(db):
     got = {r[0]: r[1:] for r in db.execute(
-        "SELECT method || '/' || item_group, n_items, median, q25, q75, top1, top5, top10 FROM gold_rank "
+        "SELECT method || '/' || item_group, n_items, n_partial, median, q25, q75, top1, top5, top10 FROM gold_rank "
         "WHERE lang = 'en'").fetchall()}
-    # quantile_disc: the smallest rank with at least q of the items at or below it: [3, 40] -> median 3;
-    # [2, 12, 300] -> q25 2, median 12, q75 300
-    assert got["w/mc_only"] == (2, 3, 3, 40, 0.0, 0.5, 0.5)
-    assert got["w/open_correct"] == (1, 1, 1, 1, 1.0, 1.0, 1.0)
-    assert got["dense/open_correct"] == (4, 1, 1, 1, 1.0, 1.0, 1.0)
-    assert got["dense/dense_failed"] == (3, 12, 2, 300, 0.0, pytest.approx(1 / 3), pytest.approx(1 / 3))
+    # quantile_cont interpolates: [3, 40] -> median 21.5, q25 3 + 0.25 * 37 = 12.25, q75 30.75.
+    # dense_failed: i6's ranked token is a byte piece, so it has no rank: [2, 12] -> 7, 4.5, 9.5
+    assert got["w/mc_only"] == (2, 0, 21.5, 12.25, 30.75, 0.0, 0.5, 0.5)
+    assert got["w/open_correct"] == (1, 0, 1, 1, 1, 1.0, 1.0, 1.0)
+    assert got["dense/open_correct"] == (4, 0, 1, 1, 1, 1.0, 1.0, 1.0)
+    assert got["dense/dense_failed"] == (2, 1, 7, 4.5, 9.5, 0.0, 0.5, 0.5)
     assert set(got) == {"w/mc_only", "w/open_correct", "dense/open_correct", "dense/dense_failed"}
 
 
@@ -204,10 +209,82 @@ def test_selection_by_hand(db):
                       "n_selected FROM selection").fetchone() == ("dense", 4, 7, 4, 3, 5, 4, 4)
 
 
+# --- distractors in the passage, and items dropped before evaluation ------------------------------
+
+def _distractor_db(tmp_path):
+    """The fixture logs; i1, i2 have every distractor in the passage, i3, i4 do not; the items
+    report says 3 valid rows got too few distractors and 2 rows had an empty answer."""
+    import json
+
+    tmp_path = tmp_path / "split"
+    tmp_path.mkdir()
+    frame(DENSE + PRUNED).write_parquet(tmp_path / "g.parquet")
+    frame(POOL).write_parquet(tmp_path / "p.parquet")
+    sel = tmp_path / "selected" / "m" / "d" / "en.parquet"
+    sel.parent.mkdir(parents=True)
+    pl.DataFrame({"item_id": ["i1", "i2", "i3", "i4"], "dataset": ["d"] * 4, "lang": ["en"] * 4,
+                  "options": [["a", "b", "c", "d"]] * 4, "distractors_in_passage": [True, True, False, False]},
+                 schema_overrides={"options": pl.List(pl.String)}).write_parquet(sel)
+    report = tmp_path / "items" / "d" / "en.report.json"
+    report.parent.mkdir(parents=True)
+    report.write_text(json.dumps({
+        "dataset": "d",
+        "validation": {"empty_id": 0, "duplicate_id": 0, "empty_context": 0, "empty_question": 0, "empty_answer": 2,
+                       "answer_not_in_passage": 0, "n_input": 16, "n_valid": 14, "examples": {}},
+        "items": {"n_input": 14, "too_few_distractors": 3, "n_items": 11, "examples": {}},
+    }))
+    con = duckdb.connect()
+    create_views(con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "p.parquet")], [str(report)])
+    run_sql_files(con, SQL)
+    return con
+
+
+def test_accuracy_by_distractor_source_by_hand(tmp_path):
+    con = _distractor_db(tmp_path)
+    got = {r[:4]: r[4:] for r in con.execute(
+        "SELECT method, lang, distractors_in_passage, format, n_items, accuracy FROM accuracy_by_distractor_source"
+    ).fetchall()}
+    # mc: dense 1,1 | 1,1; w 1,1 (i1, i2) | 0,1 (i3, i4). candidates: dense 1,1 | 1,0; w 1,0 | 0,1
+    for lang in ("en", "all"):
+        assert got[("dense", lang, True, "mc")] == (2, 1.0)
+        assert got[("dense", lang, False, "mc")] == (2, 1.0)
+        assert got[("dense", lang, True, "candidates")] == (2, 1.0)
+        assert got[("dense", lang, False, "candidates")] == (2, 0.5)
+        assert got[("w", lang, True, "mc")] == (2, 1.0)
+        assert got[("w", lang, False, "mc")] == (2, 0.5)
+        assert got[("w", lang, True, "candidates")] == (2, 0.5)
+        assert got[("w", lang, False, "candidates")] == (2, 0.5)
+    assert len(got) == 16
+    for acc, lo, hi in con.execute("SELECT accuracy, ci_low, ci_high FROM accuracy_by_distractor_source").fetchall():
+        assert lo <= acc + 1e-12 and acc <= hi + 1e-12
+    # a group whose items are all right has the interval [1, 1]
+    assert con.execute("SELECT ci_low, ci_high FROM accuracy_by_distractor_source WHERE method = 'dense' "
+                       "AND lang = 'en' AND distractors_in_passage AND format = 'mc'").fetchone() == (1.0, 1.0)
+
+
+def test_accuracy_by_distractor_source_without_the_item_column(db):
+    """Item files written before distractors_in_passage existed: one NULL group per format."""
+    got = db.execute("SELECT method, distractors_in_passage, format, n_items, accuracy "
+                     "FROM accuracy_by_distractor_source WHERE lang = 'en' ORDER BY method, format").fetchall()
+    assert got == [("dense", None, "candidates", 4, 0.75), ("dense", None, "mc", 4, 1.0),
+                   ("w", None, "candidates", 4, 0.5), ("w", None, "mc", 4, 0.75)]
+
+
+def test_item_drops_and_selection_count_dropped_items(tmp_path, db):
+    con = _distractor_db(tmp_path)
+    drops = dict(con.execute("SELECT reason, n FROM item_drops WHERE dataset = 'd' AND lang = 'en'").fetchall())
+    assert drops == {"empty_id": 0, "duplicate_id": 0, "empty_context": 0, "empty_question": 0, "empty_answer": 2,
+                     "answer_not_in_passage": 0, "too_few_distractors": 3}
+    assert con.execute("SELECT n_selected, n_dropped_too_few_distractors FROM selection").fetchone() == (4, 3)
+    # without an items report the count is unknown, not zero
+    assert db.execute("SELECT count(*) FROM item_drops").fetchone() == (0,)
+    assert db.execute("SELECT n_dropped_too_few_distractors FROM selection").fetchone() == (None,)
+
+
 def test_every_table_carries_the_identifying_columns(db):
     ident = {"model", "method", "structure", "sparsity", "dataset", "lang", "n_items"}
     for table in ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
-                  "selection", "rates"):
+                  "selection", "rates", "accuracy_by_distractor_source"):
         cols = {r[0] for r in db.execute(f"DESCRIBE {table}").fetchall()}
         assert ident <= cols, (table, ident - cols)
         rate_cols = [c for c in cols if c in ("accuracy", "drop", "delta_pr", "mc_only_rate", "rate", "top1", "value")]
@@ -356,3 +433,33 @@ def test_missing_format_has_no_rows(tmp_path):
 def test_bad_metric_settings_are_refused(tmp_path):
     with pytest.raises(ValueError, match="bootstrap_replicates"):
         build(tmp_path, DENSE, {"en": ["i1"]}, bootstrap_replicates=0)
+
+
+def test_position_bias_by_hand(tmp_path):
+    """Four selected items with the gold at A, B, C, D; the checkpoint answers C three times in candidates."""
+    gens = []
+    for item, gold in (("i1", 0), ("i2", 1), ("i3", 2), ("i4", 3)):
+        for method, cand, mc in (("dense", gold, gold), ("w", 2 if item != "i4" else None, 0)):
+            gens.append(dict(row(method, item, "candidates", cand == gold), pred_option=cand, gold_option=gold))
+            gens.append(dict(row(method, item, "mc", mc == gold), pred_option=mc, gold_option=gold))
+            gens.append(row(method, item, "open", True, rank=1))
+    frame(gens).write_parquet(tmp_path / "g.parquet")
+    sel = tmp_path / "selected" / "m" / "d" / "en.parquet"
+    sel.parent.mkdir(parents=True)
+    pl.DataFrame({"item_id": ["i1", "i2", "i3", "i4"], "dataset": ["d"] * 4, "lang": ["en"] * 4,
+                  "options": [["a", "b", "c", "d"]] * 4}).write_parquet(sel)
+    con = duckdb.connect()
+    create_views(con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "g.parquet")])
+    run_sql_files(con, SQL, None)
+    got = {(m, f, p): (n, c, s, g, u) for m, f, p, n, c, s, g, u in con.execute(
+        "SELECT method, format, position, n_items, n_chosen, share, gold_share, uniform FROM position_bias "
+        "WHERE lang = 'en'").fetchall()}
+    assert got[("w", "candidates", "C")] == (4, 3, 0.75, 0.25, 0.25)
+    assert got[("w", "candidates", "none")] == (4, 1, 0.25, 0.0, 0.0)
+    assert got[("w", "candidates", "A")] == (4, 0, 0.0, 0.25, 0.25)
+    assert got[("w", "mc", "A")] == (4, 4, 1.0, 0.25, 0.25)
+    assert ("w", "mc", "none") not in got
+    assert all(got[("dense", f, p)][2] == 0.25 for f in ("candidates", "mc") for p in "ABCD")
+    pooled = con.execute("SELECT sum(n_chosen) FROM position_bias WHERE dataset = 'all' AND method = 'w' "
+                         "AND format = 'candidates'").fetchone()
+    assert pooled == (4,)

@@ -8,6 +8,7 @@ tables are materialised and need no Parquet file at query time.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +25,15 @@ def _file_list(paths: list[str]) -> str:
 
 
 def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str],
-                 pool: list[str]) -> None:
+                 pool: list[str], item_reports: list[str] | None = None) -> None:
     """Views over exactly the given files (never a glob: stale files of an old config stay out).
 
     generations     evaluation logs on the selected items (every checkpoint)
     pool            the dense model's evaluation of the selection pool
-    selected_items  the selected items, with the model they were selected for
+    selected_items  the selected items, with the model they were selected for (item files
+                    written before distractors_in_passage existed get it as NULL)
+    item_drops      (a table) rows dropped before any model saw them, from the build_items
+                    reports: dataset, lang, reason, n (see `item_drop_rows`)
     """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
@@ -40,6 +44,34 @@ def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selecte
         "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, * EXCLUDE (filename) "
         f"FROM read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
     )
+    columns = {r[0] for r in con.execute("DESCRIBE selected_items").fetchall()}
+    if "distractors_in_passage" not in columns:
+        con.execute(
+            "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, "
+            "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
+            f"FROM read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
+        )
+    con.execute("CREATE OR REPLACE TABLE item_drops (dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)")
+    rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
+    if rows:
+        con.executemany("INSERT INTO item_drops VALUES (?, ?, ?, ?)", rows)
+
+
+def item_drop_rows(report_path: str | Path) -> list[tuple[str, str, str, int]]:
+    """(dataset, lang, reason, n) rows of one results/items/{dataset}/{lang}.report.json.
+
+    One row per validation reason (items.REASONS: bad rows) and 'too_few_distractors'
+    (valid rows that got fewer than 3 distractors), zeros included: every row of the raw
+    file is either an item or counted under exactly one reason.
+    """
+    path = Path(report_path)
+    report = json.loads(path.read_text())
+    dataset = report.get("dataset") or path.parent.name
+    lang = path.name.removesuffix(".report.json")
+    skip = {"n_input", "n_valid", "examples"}
+    rows = [(dataset, lang, reason, int(n)) for reason, n in report.get("validation", {}).items() if reason not in skip]
+    rows.append((dataset, lang, "too_few_distractors", int(report.get("items", {}).get("too_few_distractors", 0))))
+    return rows
 
 
 @dataclass(frozen=True)
@@ -79,12 +111,13 @@ def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str],
 
 
 def build_database(db_path: str | Path, generations: list[str], selected: list[str], pool: list[str],
-                   sql_files: list[str], settings: MetricSettings | None = None) -> None:
+                   sql_files: list[str], settings: MetricSettings | None = None,
+                   item_reports: list[str] | None = None) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
-            create_views(con, generations, selected, pool)
+            create_views(con, generations, selected, pool, item_reports)
             run_sql_files(con, sql_files, settings)
             for (name,) in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall():
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]

@@ -79,52 +79,69 @@ def prefill(model, seqs: list[list[int]], pad_id: int) -> Prefill:
     )
 
 
-def token_ranks(logits: torch.Tensor, token_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rank (1 = most likely) and log-prob of `token_ids` [B] under `logits` [B, V].
+@dataclass
+class ContinuationScores:
+    """Teacher-forced scores of one continuation: per-token log-probs and ranks (1 = top)."""
 
-    Ties count in the token's favour: rank = 1 + number of tokens with a strictly larger logit.
-    """
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    chosen = logp.gather(-1, token_ids[:, None])  # [B, 1]
-    ranks = (logp > chosen).sum(-1) + 1
-    return ranks, chosen[:, 0]
+    logprobs: list[float]
+    ranks: list[int]
+
+    @property
+    def total(self) -> float:
+        return float(sum(self.logprobs))
 
 
 @torch.inference_mode()
-def score_continuations(model, state: Prefill, conts: list[list[list[int]]], pad_id: int) -> list[list[float]]:
-    """Sum of log-probs of each continuation given its row's prompt, reusing the prompt's cache.
+def score_tokens(model, state: Prefill, conts: list[list[list[int]]], pad_id: int) -> list[list[ContinuationScores]]:
+    """Per-token log-probs and ranks of each continuation given its row's prompt.
 
-    conts[b][k]: token ids of option k of row b (every row has the same K, each option >= 1 token).
-    Returns [B][K] floats. The prefill state is left untouched (the cache is copied).
+    conts[b]: the continuations of row b (any number, each >= 1 token), scored with the
+    prompt's cache (copied: the prefill state is left untouched). Token j of a continuation is
+    scored at the position after the prompt and tokens 0..j-1 (teacher forcing).
+    Returns [B][K_b] ContinuationScores.
     """
-    B, K = len(conts), len(conts[0])
-    if any(len(c) != K for c in conts):
-        raise ValueError("every row needs the same number of continuations")
     device = state.mask.device
-    flat = [c for row in conts for c in row]  # B*K, row-major
-    L = max(len(c) for c in flat)
-    tok = torch.full((B * K, L), pad_id, dtype=torch.long)
-    valid = torch.zeros((B * K, L), dtype=torch.bool)
+    row_of = [b for b, row in enumerate(conts) for _ in row]
+    flat = [c for row in conts for c in row]  # N continuations, row-major
+    if not flat:
+        return [[] for _ in conts]
+    if any(len(c) == 0 for c in flat):
+        raise ValueError("every continuation needs at least one token")
+    N, L = len(flat), max(len(c) for c in flat)
+    rows = torch.tensor(row_of, device=device)
+    tok = torch.full((N, L), pad_id, dtype=torch.long)
+    valid = torch.zeros((N, L), dtype=torch.bool)
     for i, c in enumerate(flat):
         tok[i, : len(c)] = torch.tensor(c)
         valid[i, : len(c)] = True
     tok, valid = tok.to(device), valid.to(device)
 
-    first = torch.log_softmax(state.last_logits, -1).repeat_interleave(K, 0)  # [B*K, V]
-    logp = torch.zeros((B * K, L), device=device)
-    logp[:, 0] = first.gather(-1, tok[:, :1])[:, 0]
+    logits = state.last_logits[rows][:, None, :]  # [N, 1, V]: predicts token 0
     if L > 1:
         cache = copy.deepcopy(state.cache)
-        cache.batch_repeat_interleave(K)
-        feed = tok[:, :-1]  # [B*K, L-1]; position j predicts token j+1
-        feed_mask = valid[:, :-1].long()
-        mask = torch.cat([state.mask.repeat_interleave(K, 0), feed_mask], dim=1)
-        pos = state.next_pos.repeat_interleave(K, 0)[:, None] + torch.arange(L - 1, device=device)[None]
+        cache.batch_select_indices(rows)
+        feed = tok[:, :-1]  # [N, L-1]; position j predicts token j+1
+        mask = torch.cat([state.mask[rows], valid[:, :-1].long()], dim=1)
+        pos = state.next_pos[rows][:, None] + torch.arange(L - 1, device=device)[None]
         out = model(input_ids=feed, attention_mask=mask, position_ids=pos, use_cache=True, **{_cache_kwarg(model): cache})
-        rest = torch.log_softmax(out.logits.float(), -1).gather(-1, tok[:, 1:, None])[..., 0]
-        logp[:, 1:] = rest
-    logp = logp.masked_fill(~valid, 0.0)
-    return logp.sum(-1).view(B, K).tolist()
+        logits = torch.cat([logits, out.logits.float()], dim=1)  # [N, L, V]
+    logp = torch.log_softmax(logits.float(), -1)
+    chosen = logp.gather(-1, tok[..., None])  # [N, L, 1]
+    ranks = (logp > chosen).sum(-1) + 1  # ties count in the token's favour
+    chosen = chosen[..., 0]
+    result: list[list[ContinuationScores]] = [[] for _ in conts]
+    for i, (b, c) in enumerate(zip(row_of, flat)):
+        n = len(c)
+        result[b].append(ContinuationScores(chosen[i, :n].tolist(), ranks[i, :n].tolist()))
+    return result
+
+
+def score_continuations(model, state: Prefill, conts: list[list[list[int]]], pad_id: int) -> list[list[float]]:
+    """Sum of log-probs of each continuation given its row's prompt, reusing the prompt's cache.
+
+    conts[b][k]: token ids of option k of row b (each option >= 1 token). Returns [B][K_b] floats.
+    """
+    return [[s.total for s in row] for row in score_tokens(model, state, conts, pad_id)]
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ rank, the MC option scores (through its KV cache) and the start of the greedy an
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -16,8 +15,8 @@ import torch
 from tqdm import tqdm
 
 from . import engine
-from .judge import first_line, judge, normalize
-from .prompts import LETTERS, PromptSettings, adds_special_tokens, build_prompt, prompt_id
+from .judge import judge, judge_candidates, normalize
+from .prompts import PromptSettings, adds_special_tokens, build_prompt, prompt_id
 from .recovery import RecoverySettings
 from .schema import LOG_SCHEMA
 
@@ -61,6 +60,21 @@ class Tokens:
         self.special = adds_special_tokens(tokenizer, settings)
         self.sep = settings.continuation_sep
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._text: dict[int, str] = {}
+
+    def text(self, token_id: int) -> str:
+        """The token's text decoded alone (cached)."""
+        if token_id not in self._text:
+            self._text[token_id] = self.tok.decode([token_id])
+        return self._text[token_id]
+
+    def is_blank(self, token_id: int) -> bool:
+        """The token decodes to whitespace only (or to nothing)."""
+        return not self.text(token_id).strip()
+
+    def is_partial(self, token_id: int) -> bool:
+        """The token holds part of a character only (byte fallback): alone it decodes to U+FFFD."""
+        return "\ufffd" in self.text(token_id)
 
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=self.special)["input_ids"]
@@ -117,42 +131,23 @@ def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: st
     return texts, ids, order
 
 
-def _judge_row(output: str, item: dict, settings: EvalSettings) -> dict:
-    j = judge(
-        output,
-        list(item["answers"]),
-        item["lang"],
-        question=item["question"],
-        passage=item["context"],
-        max_length_factor=settings.max_length_factor,
-        max_length_slack=settings.max_length_slack,
-    )
-    return dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo,
-                too_long=j.too_long, answer_norm=normalize(first_line(output), item["lang"]))
-
-
-_LABEL = re.compile(r"^\(?([A-Za-z])(?:[\).:]\s*(.*))?$")
-
-
-def chosen_option(output: str, options: list[str], lang: str) -> tuple[int | None, str]:
-    """Which option a `candidates` answer picks, and the text to judge.
-
-    Models answer 'B', 'B.', '(B)' or 'B. text'. A leading label is removed: the text after
-    it is what the model produced and is judged; a bare label stands for its option's text.
-    The chosen option is the one whose normalised text equals the judged text, else the
-    label's option, else None.
-    """
-    line = first_line(output)
-    label = None
-    m = _LABEL.match(line)
-    if m and m.group(1).upper() in LETTERS[: len(options)]:
-        label = LETTERS.index(m.group(1).upper())
-        line = (m.group(2) or "").strip()
-    if not line:
-        return label, options[label] if label is not None else ""
-    norm = normalize(line, lang)
-    matches = [k for k, o in enumerate(options) if normalize(o, lang) == norm]
-    return (matches[0] if len(matches) == 1 else label), line
+def _judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open") -> dict:
+    """The judge's columns of a generated row (docs/logs.md); `candidates` rows also get pred_option."""
+    lang = item["lang"]
+    common = dict(question=item["question"], passage=item["context"],
+                  max_length_factor=settings.max_length_factor, max_length_slack=settings.max_length_slack)
+    if fmt == "candidates":
+        letters = settings.prompt.candidates_style == "letters"
+        j = judge_candidates(output, list(item["options"]), item["gold_option"], lang, letters=letters, **common)
+    else:
+        options = item.get("options")
+        j = judge(output, list(item["answers"]), lang, options=None if options is None else list(options), **common)
+    row = dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo,
+               too_long=j.too_long, hedge=j.hedge, repeat=j.repeat, options_named=j.options_named,
+               answer_norm=normalize(j.judged, lang))
+    if fmt == "candidates":
+        row["pred_option"] = j.pred_option
+    return row
 
 
 def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings, meta: RunMeta,
@@ -214,11 +209,14 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
         t_prefill = time.perf_counter() - t0
 
-        best = [_gold_rank(toks, texts[i], ids[i], rows[i]["answers"], state.last_logits[b]) for b, i in enumerate(batch)]
-
+        t1 = time.perf_counter()
+        golds = [_gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in batch]
+        options = _option_continuations(toks, rows, batch, texts, ids) if "mc" in want else None
+        conts = [[c for _, c in g] + ([c for c, _ in options[b]] if options else []) for b, g in enumerate(golds)]
+        scores = engine.score_tokens(model, state, conts, toks.pad_id)
+        best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
         if "mc" in want:
-            t1 = time.perf_counter()
-            out += _mc_rows(model, toks, rows, batch, texts, ids, state, base)
+            out += _mc_rows(model, rows, batch, texts, ids, options, [sc[len(g):] for sc, g in zip(scores, golds)], base)
             t_mc = (time.perf_counter() - t1) / len(batch)
             for row in out[-len(batch):]:
                 row["seconds"] = t_mc + t_prefill / len(batch)
@@ -229,11 +227,9 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
             for b, i in enumerate(batch):
                 r = rows[i]
                 text = toks.tok.decode(gen[b], skip_special_tokens=True)
-                rank, lp, gtok = best[b]
                 out.append(dict(
                     base, item_id=r["item_id"], format="open", decode="greedy", prompt_id=prompt_id(texts[i]),
-                    output=text, **_judge_row(text, r, settings), gold_rank=rank, gold_logprob=lp,
-                    gold_token=None if gtok is None else toks.tok.decode([gtok]),
+                    output=text, **_judge_row(text, r, settings), **best[b],
                     gold_option=r["gold_option"], n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]),
                     seconds=t_gen + t_prefill / len(batch),
                 ))
@@ -242,40 +238,65 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
     return out
 
 
-def _gold_rank(toks: Tokens, text: str, ids: list[int], answers, logits: torch.Tensor):
-    """(rank, log-prob, token id) of the best-ranked first token among the gold answers.
-
-    None for all three when no gold starts at a token boundary after the prompt.
-    """
-    firsts = set()
+def _gold_continuations(toks: Tokens, text: str, ids: list[int], answers) -> list[tuple[str, list[int]]]:
+    """(answer, ids) of every gold that continues the prompt at a token boundary."""
+    out = []
     for a in answers:
         cont, start = toks.continuation(text, ids, a)
         if start == len(ids):
-            firsts.add(cont[0])
-    if not firsts:
-        return None, None, None
-    cand = sorted(firsts)
-    ranks, logps = engine.token_ranks(logits[None].expand(len(cand), -1), torch.tensor(cand, device=logits.device))
-    k = int(torch.argmin(ranks))
-    return int(ranks[k]), float(logps[k]), cand[k]
+            out.append((a, cont))
+    return out
 
 
-def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[dict]:
-    conts, merged = [], []
+_NO_GOLD = dict(gold_rank=None, gold_logprob=None, gold_token=None, gold_token_offset=None,
+                gold_token_partial=None, gold_logprob_answer=None, gold_logprob_answer_per_byte=None)
+
+
+def _gold_rank(toks: Tokens, golds: list[tuple[str, list[int]]], scores: list[engine.ContinuationScores]) -> dict:
+    """The gold columns of an `open` row (docs/logs.md), from the teacher-forced gold scores.
+
+    Per gold, the ranked token is its first token with visible text: leading tokens that decode
+    to whitespace only are teacher-forced and skipped (their count is gold_token_offset). Over
+    several golds the best rank wins (ties: the first gold); gold_logprob_answer is the highest
+    whole-answer log-prob over the golds, and its per-byte value that same gold's. All None
+    when no gold starts at a token boundary after the prompt.
+    """
+    if not golds:
+        return dict(_NO_GOLD)
+    ranked = []
+    for (answer, cont), sc in zip(golds, scores):
+        offset = next((j for j, t in enumerate(cont) if not toks.is_blank(t)), len(cont) - 1)
+        ranked.append((sc.ranks[offset], offset, cont[offset], sc.logprobs[offset]))
+    k = min(range(len(ranked)), key=lambda j: ranked[j][0])
+    rank, offset, token, logprob = ranked[k]
+    whole = max(range(len(golds)), key=lambda j: scores[j].total)
+    total = scores[whole].total
+    return dict(
+        gold_rank=int(rank), gold_logprob=float(logprob), gold_token=toks.text(token), gold_token_offset=offset,
+        gold_token_partial=toks.is_partial(token), gold_logprob_answer=total,
+        gold_logprob_answer_per_byte=total / max(1, len(golds[whole][0].encode("utf-8"))),
+    )
+
+
+def _option_continuations(toks: Tokens, rows, batch, texts, ids) -> list[list[tuple[list[int], tuple | None]]]:
+    """Per row, per option: (ids scored with the cache, None) or ([pad], (start, ids)) on a boundary merge."""
+    out = []
     for i in batch:
-        row_conts, row_merged = [], []
+        row = []
         for opt in rows[i]["options"]:
             cont, start = toks.continuation(texts[i], ids[i], opt)
-            row_conts.append(cont if start == len(ids[i]) else [toks.pad_id])
-            row_merged.append(None if start == len(ids[i]) else (start, cont))
-        conts.append(row_conts)
-        merged.append(row_merged)
-    scores = engine.score_continuations(model, state, conts, toks.pad_id)
+            row.append((cont, None) if start == len(ids[i]) else ([toks.pad_id], (start, cont)))
+        out.append(row)
+    return out
+
+
+def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict]:
     out = []
     for b, i in enumerate(batch):
         r = rows[i]
-        ll = list(scores[b])
-        for k, m in enumerate(merged[b]):
+        ll = [sc.total for sc in scores[b]]
+        merged = [m for _, m in options[b]]
+        for k, m in enumerate(merged):
             if m is not None:  # boundary merge: score from the shared prefix, without the cache
                 start, cont = m
                 ll[k] = naive_logprob(model, ids[i][:start], cont)
@@ -288,7 +309,7 @@ def _mc_rows(model, toks: Tokens, rows, batch, texts, ids, state, base) -> list[
             correct=pred == r["gold_option"], option_ll=ll,
             option_ll_per_byte=per_byte, pred_option=pred, pred_option_norm=pred_norm,
             correct_norm=pred_norm == r["gold_option"], gold_option=r["gold_option"],
-            n_prompt_tokens=len(ids[i]), n_output_tokens=0, boundary_merge=any(m is not None for m in merged[b]),
+            n_prompt_tokens=len(ids[i]), n_output_tokens=0, boundary_merge=any(m is not None for m in merged),
         ))
     return out
 
@@ -307,10 +328,9 @@ def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fm
         for b, i in enumerate(batch):
             r = rows[i]
             text = toks.tok.decode(gen[b], skip_special_tokens=True)
-            k, judged = chosen_option(text, list(r["options"]), r["lang"]) if fmt == "candidates" else (None, text)
             out.append(dict(
                 base, item_id=r["item_id"], format=fmt, decode="greedy", prompt_id=prompt_id(texts[i]),
-                output=text, **_judge_row(judged, r, settings), pred_option=k, gold_option=r["gold_option"],
+                output=text, **_judge_row(text, r, settings, fmt), gold_option=r["gold_option"],
                 n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]), seconds=dt,
             ))
         bar.update(len(batch))

@@ -21,7 +21,7 @@ from .io import atomic_path  # noqa: E402
 
 log = logging.getLogger("benchmark_illusion")
 
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode")
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias")
 FORMATS = {"open": "open (generate)", "candidates": "candidates (options shown, generate)",
            "mc": "mc (log-likelihood)"}
 DECODES = {"beam_top": "beam, top beam", "beam_any": "beam, any beam", "sample_pass": "sampling, pass@k",
@@ -232,6 +232,50 @@ def recovery_by_decode(con, path: Path) -> None:
                    ncol=min(len(handles), 6), fontsize=9, title="decode (error bars: 95% bootstrap intervals)")
     fig.suptitle("Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
                  fontsize=12)
+    _save(fig, path)
+
+
+def _checkpoint_label(row: dict) -> str:
+    if row["method"] == "dense":
+        return "dense"
+    return f"{row['method']}{_label_unstructured(row['structure'])} {row['sparsity']:.2f}"
+
+
+def position_bias(con, path: Path) -> None:
+    """Share of items whose chosen option sits at each position, per checkpoint, candidates and mc."""
+    df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
+    models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
+    fig, axes = _grid(len(models), 2, width=5.2, height=max(3.0, 0.32 * df["sparsity"].n_unique() * 4))
+    for r, model in enumerate(models):
+        for c, fmt in enumerate(("candidates", "mc")):
+            ax = axes[r][c]
+            d = df.filter((pl.col("model") == model) & (pl.col("format") == fmt))
+            if d.height == 0:
+                _empty(ax, f"no {fmt} rows")
+                continue
+            ckpts = d.select("method", "structure", "sparsity").unique().sort(
+                pl.col("method") != "dense", "method", "structure", "sparsity")
+            positions = sorted(set(d["position"].to_list()), key=lambda p: (p == "none", p))
+            grid = [[0.0] * len(positions) for _ in range(ckpts.height)]
+            for row in d.iter_rows(named=True):
+                i = next(k for k, ck in enumerate(ckpts.iter_rows(named=True))
+                         if (ck["method"], ck["structure"], ck["sparsity"]) ==
+                         (row["method"], row["structure"], row["sparsity"]))
+                grid[i][positions.index(row["position"])] = row["share"]
+            ax.imshow(grid, cmap="Blues", vmin=0, vmax=1, aspect="auto")
+            for i, line in enumerate(grid):
+                for j, v in enumerate(line):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if v > 0.6 else "black")
+            ax.set_xticks(range(len(positions)), positions)
+            ax.set_yticks(range(ckpts.height), [_checkpoint_label(ck) for ck in ckpts.iter_rows(named=True)],
+                          fontsize=7)
+            uniform = d.filter(pl.col("position") != "none")["uniform"].max()
+            ax.set_title(f"{model}: {FORMATS[fmt]}\n(uniform = {uniform:.2f}; n = {d['n_items'].max()} items)",
+                         fontsize=9)
+            ax.set_xlabel("option position chosen" + (" (none: no single option named)" if fmt == "candidates"
+                                                      else ""), fontsize=8)
+    fig.suptitle("Position bias: share of items whose chosen option sits at each position", fontsize=12)
     _save(fig, path)
 
 

@@ -43,13 +43,18 @@ def download_dataset(cfg: dict, lang: str, out: str | Path) -> dict:
 
 
 def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | Path, seed: int,
-                     extractive: bool, dataset: str) -> dict:
-    """Validate raw rows, build items (distractors, option order, exemplar), report bad rows."""
+                     extractive: bool, dataset: str, distractors: str = "passage") -> dict:
+    """Validate raw rows, build items (distractors, option order, exemplar), report bad rows.
+
+    The report (JSON) has the validation counts per reason ('validation') and the item
+    counts ('items', with 'too_few_distractors'); the aggregation reads both into the
+    `item_drops` table.
+    """
     from .items import build_items, validate_rows
 
     df = pl.read_parquet(raw)
     good, report = validate_rows(df, extractive=extractive)
-    items, item_report = build_items(good, seed=seed)
+    items, item_report = build_items(good, seed=seed, distractors=distractors)
     items = items.with_columns(pl.lit(dataset).alias("dataset"))
     report = {"validation": report, "items": item_report, "dataset": dataset, "seed": seed}
     for reason, n in report["validation"].items():
@@ -57,7 +62,9 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
             log.warning("build_items %s: %d rows dropped: %s (e.g. %s)", raw, n, reason,
                         report["validation"].get("examples", {}).get(reason, [])[:3])
     if item_report.get("too_few_distractors"):
-        log.warning("build_items %s: %d items dropped: too few distractors", raw, item_report["too_few_distractors"])
+        log.warning("build_items %s: %d items dropped: too few distractors (items.distractors: %s; e.g. %s)", raw,
+                    item_report["too_few_distractors"], distractors,
+                    item_report["examples"]["too_few_distractors"][:3])
     if items.height == 0:
         raise ValueError(f"{raw}: no usable items (report: {json.dumps(report, default=str)})")
     write_parquet(items, out_items)
@@ -79,7 +86,8 @@ def eval_settings(config: dict, recovery: bool = True):
     rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings()
     return EvalSettings(
         recovery=rec,
-        prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"]),
+        prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"], p["candidates_style"],
+                              dict(p["template_kwargs"])),
         formats=tuple(e["formats"]),
         batch_size=e["batch_size"],
         max_new_tokens=e["max_new_tokens"],

@@ -8,7 +8,8 @@ prefix does not end in whitespace). Instruct models otherwise open with a lead-i
 is ..."), and a rank at that position says little (median ~45 for a dense 135M model).
 
   open        passage + question                    -> greedy generation
-  candidates  passage + question + options A-D      -> greedy generation
+  candidates  passage + question + the options       -> greedy generation
+              (style 'letters': "A. text" .. "D. text"; style 'bullets': "- text", no letters)
   mc          the `open` prompt, each option appended -> log-likelihood scoring
   oneshot     one worked example (same language, another passage), then the `open` prompt
 """
@@ -16,7 +17,7 @@ is ..."), and a rank at that position says little (median ~45 for a dense 135M m
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 LETTERS = "ABCDEFGH"
 
@@ -26,6 +27,7 @@ OPEN_INSTRUCTION = (
 CANDIDATES_INSTRUCTION = (
     "Read the passage and answer the question. Choose one of the options and reply with the option's text only."
 )
+CANDIDATES_STYLES = ("letters", "bullets")
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,30 @@ class PromptSettings:
     answer_prefix: pre-filled start of the answer (shared by all formats).
     chat_template: 'auto' (use the tokenizer's template when it has one), True or False.
     system_prompt: replaces the template's default system turn when not None.
+    candidates_style: how `candidates` lists the options: 'letters' ("A. text") or 'bullets'
+      ("- text": no letter to answer with, the model must write the option's text).
+    template_kwargs: extra keyword arguments for the chat template (`apply_chat_template`).
+      A template that reads `enable_thinking` (Qwen3) gets enable_thinking=False unless set
+      here: the pre-filled answer prefix must not land where the model expects to think.
     """
 
     answer_prefix: str = "Answer:"
     chat_template: str | bool = "auto"
     system_prompt: str | None = None
+    candidates_style: str = "bullets"
+    template_kwargs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.candidates_style not in CANDIDATES_STYLES:
+            raise ValueError(f"prompt.candidates_style must be one of {CANDIDATES_STYLES}, "
+                             f"not {self.candidates_style!r}")
+
+    def chat_template_kwargs(self, tokenizer) -> dict:
+        """template_kwargs, with enable_thinking=False added when the template reads it and it is unset."""
+        kwargs = dict(self.template_kwargs)
+        if "enable_thinking" in (getattr(tokenizer, "chat_template", None) or "") and "enable_thinking" not in kwargs:
+            kwargs["enable_thinking"] = False
+        return kwargs
 
     @property
     def continuation_sep(self) -> str:
@@ -48,13 +69,16 @@ class PromptSettings:
         return " " if p and not p[-1].isspace() else ""
 
 
-def user_message(item: dict, fmt: str) -> str:
+def user_message(item: dict, fmt: str, candidates_style: str = "letters") -> str:
     """The user turn for one item in `open`/`mc` (same text) or `candidates` format."""
     body = f"Passage: {item['context']}\n\nQuestion: {item['question']}"
     if fmt in ("open", "mc"):
         return f"{OPEN_INSTRUCTION}\n\n{body}"
     if fmt == "candidates":
-        opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(item["options"]))
+        if candidates_style == "letters":
+            opts = "\n".join(f"{LETTERS[i]}. {o}" for i, o in enumerate(item["options"]))
+        else:
+            opts = "\n".join(f"- {o}" for o in item["options"])
         return f"{CANDIDATES_INSTRUCTION}\n\n{body}\n\nOptions:\n{opts}"
     raise ValueError(f"unknown format {fmt!r}")
 
@@ -81,7 +105,8 @@ def render(tokenizer, settings: PromptSettings, turns: list[tuple[str, str]], us
         for u, a in turns:
             messages += [{"role": "user", "content": u}, {"role": "assistant", "content": f"{prefix}{sep}{a}"}]
         messages.append({"role": "user", "content": user})
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **settings.chat_template_kwargs(tokenizer))
         return text + prefix
     head = "".join(f"{u}\n\n{prefix}{sep}{a}\n\n" for u, a in turns)
     return f"{head}{user}\n\n{prefix}"
@@ -94,7 +119,7 @@ def build_prompt(tokenizer, settings: PromptSettings, item: dict, fmt: str, exem
             raise ValueError(f"item {item.get('item_id')!r}: oneshot needs an exemplar")
         turns = [(user_message(exemplar, "open"), exemplar["answers"][0])]
         return render(tokenizer, settings, turns, user_message(item, "open"))
-    return render(tokenizer, settings, [], user_message(item, fmt))
+    return render(tokenizer, settings, [], user_message(item, fmt, settings.candidates_style))
 
 
 def adds_special_tokens(tokenizer, settings: PromptSettings) -> bool:

@@ -3,6 +3,7 @@ rule aggregate:
         generations=generation_files(),
         selected=selected_files(),
         pool=pool_files(),
+        item_reports=item_report_files(),
         sql=sql_files(),
     output:
         METRICS_DB,
@@ -45,6 +46,12 @@ rule figures:
             caption="../report/recovery_by_decode.rst",
             category="Figures",
             labels={"figure": "4 recovery by decode"},
+        ),
+        report(
+            "results/figures/position_bias.png",
+            caption="../report/position_bias.rst",
+            category="Figures",
+            labels={"figure": "5 position bias"},
         ),
     log:
         "logs/figures.log",

@@ -212,6 +212,11 @@ def sql_files():
     return sorted(glob.glob(str(Path(workflow.basedir) / "workflow" / "sql" / "*.sql")))
 
 
+def item_report_files():
+    """build_items reports (rows dropped and why), one per dataset x lang."""
+    return [f"results/items/{d}/{l}.report.json" for d, l in dataset_langs()]
+
+
 def pool_files():
     """Dense evaluations of the selection pools, one per model x dataset x lang."""
     return [
@@ -291,6 +296,7 @@ def get_final_output():
         "results/figures/mc_only_by_language.png",
         "results/figures/gold_rank_cdf.png",
         "results/figures/recovery_by_decode.png",
+        "results/figures/position_bias.png",
     ] + (CONCEPT_FIGURES if CONCEPTS else [])
 
 

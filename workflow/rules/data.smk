@@ -28,5 +28,6 @@ rule build_items:
     params:
         seed=config["seed"],
         extractive=get_extractive,
+        distractors=config["items"]["distractors"],
     script:
         "../scripts/build_items.py"

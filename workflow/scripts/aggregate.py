@@ -8,4 +8,5 @@ aggregate.build_database(
     pool=list(snakemake.input.pool),
     sql_files=list(snakemake.input.sql),
     settings=aggregate.MetricSettings(**snakemake.params.metrics),
+    item_reports=list(snakemake.input.item_reports),
 )

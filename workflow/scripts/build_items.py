@@ -8,4 +8,5 @@ pipeline.build_items_file(
     seed=snakemake.params.seed,
     extractive=snakemake.params.extractive,
     dataset=snakemake.wildcards.dataset,
+    distractors=snakemake.params.distractors,
 )

@@ -24,7 +24,11 @@ WITH greedy AS (
            bool_or(correct) FILTER (WHERE format = 'candidates')                 AS candidates_correct,
            bool_or(correct) FILTER (WHERE format = 'mc')                         AS mc_correct,
            bool_or(correct_norm) FILTER (WHERE format = 'mc')                    AS mc_norm_correct,
-           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_rank,
+           -- the rank of a byte piece (gold_token_partial) is not a rank of text: NULL here
+           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
+                                        AND NOT coalesce(gold_token_partial, false))                AS gold_rank,
+           any_value(gold_token_partial) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_token_partial,
+           any_value(gold_logprob_answer) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_logprob_answer,
            any_value(output) FILTER (WHERE format = 'open' AND decode = 'greedy')    AS open_output,
            bool_or(correct) FILTER (WHERE decode = 'beam' AND sample = 0)        AS beam_top,
            bool_or(correct) FILTER (WHERE decode = 'beam')                       AS beam_any,
@@ -62,6 +66,7 @@ SELECT p.*,
             WHEN p.recovered IS NULL AND p.mc_correct THEN 'unknown'
             ELSE 'erased' END AS status,
        d.gold_rank          AS dense_gold_rank,
+       d.gold_logprob_answer AS dense_gold_logprob_answer,
        d.open_output        AS dense_open_output,
        d.open_correct       AS dense_open_correct,
        d.candidates_correct AS dense_candidates_correct,

@@ -92,7 +92,8 @@ pool_values AS (
     FROM (
         SELECT model, method, structure, sparsity, dataset, lang, item_id,
                bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')      AS open_correct,
-               any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_rank
+               any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
+                                            AND NOT coalesce(gold_token_partial, false))                AS gold_rank
         FROM pool GROUP BY ALL
     )
 )

@@ -2,6 +2,9 @@
 -- were kept (correct in both open and mc, capped per language). One row per model x dataset x
 -- language, also when no item was kept; n_items = n_selected. Rates over the pool
 -- (open_rate, mc_rate, ...) carry no interval: the pool is the population, not a sample of it.
+-- n_dropped_too_few_distractors: valid rows of the benchmark that build_items dropped because
+-- they could not get 3 distractors (from `item_drops`, which has every drop reason; NULL when
+-- the aggregation was given no items report for the benchmark).
 CREATE OR REPLACE TABLE selection AS
 WITH per_item AS (
     SELECT model, dataset, lang, item_id,
@@ -14,6 +17,9 @@ WITH per_item AS (
 ),
 kept AS (
     SELECT model, dataset, lang, count(*) AS n_selected FROM selected_items GROUP BY ALL
+),
+too_few AS (
+    SELECT dataset, lang, sum(n)::BIGINT AS n_dropped FROM item_drops WHERE reason = 'too_few_distractors' GROUP BY ALL
 )
 SELECT p.model, 'dense' AS method, 'none' AS structure, 0.0::DOUBLE AS sparsity, p.dataset, p.lang,
        coalesce(any_value(k.n_selected), 0)            AS n_items,
@@ -23,10 +29,12 @@ SELECT p.model, 'dense' AS method, 'none' AS structure, 0.0::DOUBLE AS sparsity,
        count(*) FILTER (WHERE mc_ok)                   AS mc_correct,
        count(*) FILTER (WHERE open_ok AND mc_ok)       AS both_correct,
        coalesce(any_value(k.n_selected), 0)            AS n_selected,
+       any_value(t.n_dropped)                          AS n_dropped_too_few_distractors,
        avg(open_ok::DOUBLE)                            AS open_rate,
        avg(candidates_ok::DOUBLE)                      AS candidates_rate,
        avg(mc_ok::DOUBLE)                              AS mc_rate
 FROM per_item p
 LEFT JOIN kept k USING (model, dataset, lang)
+LEFT JOIN too_few t USING (dataset, lang)
 GROUP BY ALL
 ORDER BY p.model, p.dataset, p.lang;

@@ -4,18 +4,28 @@
 --   open_correct  selected items this checkpoint gets right in open
 --   dense_failed  the dense model's pool items it got wrong in open (method = 'dense' rows only):
 --                 what the rank of an answer the model never produced looks like
--- median, q25, q75 of the rank; top1/top5/top10 = share of items whose gold rank is <= 1/5/10,
--- with 95% bootstrap intervals from `rates`.
+-- The ranked token is the gold's first token with visible text (leading whitespace-only tokens are
+-- teacher-forced). Items whose ranked token is a byte piece (gold_token_partial: part of a
+-- character, as for most CJK, Indic, Thai and Greek golds under a byte-level BPE) have no rank
+-- here: they are counted in n_partial and left out of n_items, the quantiles and the top-k shares.
+-- median, q25, q75 of the rank (interpolated medians: 3.5 can appear); top1/top5/top10 = share of
+-- items whose gold rank is <= 1/5/10, with 95% bootstrap intervals from `rates`.
+-- median_logprob_answer: the median teacher-forced log-prob of the whole gold, every item (no split).
 CREATE OR REPLACE TABLE gold_rank AS
 WITH grouped AS (
-    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, 'mc_only' AS item_group
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, gold_token_partial,
+           gold_logprob_answer, 'mc_only' AS item_group
     FROM item_outcomes WHERE mc_only
     UNION ALL
-    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, 'open_correct'
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, gold_token_partial,
+           gold_logprob_answer, 'open_correct'
     FROM item_outcomes WHERE open_correct
     UNION ALL
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
-           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'), 'dense_failed'
+           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy' AND NOT coalesce(gold_token_partial, false)),
+           any_value(gold_token_partial) FILTER (WHERE format = 'open' AND decode = 'greedy'),
+           any_value(gold_logprob_answer) FILTER (WHERE format = 'open' AND decode = 'greedy'),
+           'dense_failed'
     FROM pool
     GROUP BY ALL
     HAVING NOT bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')
@@ -23,16 +33,18 @@ WITH grouped AS (
 summary AS (
     SELECT model, method, structure, sparsity,
            coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, item_group,
-           count(*) AS n_items,
-           quantile_disc(gold_rank, 0.5)  AS median,
-           quantile_disc(gold_rank, 0.25) AS q25,
-           quantile_disc(gold_rank, 0.75) AS q75
+           count(gold_rank) AS n_items,
+           count(*) FILTER (WHERE gold_token_partial) AS n_partial,
+           quantile_cont(gold_rank, 0.5)  AS median,
+           quantile_cont(gold_rank, 0.25) AS q25,
+           quantile_cont(gold_rank, 0.75) AS q75,
+           quantile_cont(gold_logprob_answer, 0.5) AS median_logprob_answer
     FROM grouped
     GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, item_group),
                             (model, method, structure, sparsity, item_group))
 )
-SELECT s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang, s.item_group, s.n_items,
-       s.median, s.q25, s.q75,
+SELECT s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang, s.item_group, s.n_items, s.n_partial,
+       s.median, s.q25, s.q75, s.median_logprob_answer,
        t1.value AS top1, t1.ci_low AS top1_ci_low, t1.ci_high AS top1_ci_high,
        t5.value AS top5, t5.ci_low AS top5_ci_low, t5.ci_high AS top5_ci_high,
        t10.value AS top10, t10.ci_low AS top10_ci_low, t10.ci_high AS top10_ci_high
