@@ -15,7 +15,8 @@ Then throughput (items/s, all three formats) and peak memory.
   .venv/bin/python benchmarks/realism_xquad.py --data ../shared/data/xquad --langs en es de --n 200 --sample
 
 --from-logs DIR re-prints the tables from Parquet files an earlier run wrote with --out DIR
-(items_<bench>.parquet, log_<bench>.parquet; missing columns of older logs are tolerated), so
+(items_<bench>.parquet, log_<bench>.parquet; missing columns of older logs are tolerated; --n
+keeps the first n items in seeded order, so a 200-item run can be compared with a 100-item one), so
 logs written by an older version of the pipeline can be compared with the same definitions.
 The XQuAD files (CC BY-SA 4.0) are read in place and never copied into the project.
 """
@@ -165,10 +166,14 @@ def main() -> None:
 
     if args.from_logs:
         results = {}
+        from benchmark_illusion.pipeline import seeded_order
+
         for log_path in sorted(args.from_logs.glob("log_*.parquet")):
             name = log_path.stem[len("log_"):].replace("__", "/")
-            results[name] = summarize(pl.read_parquet(args.from_logs / f"items_{log_path.stem[4:]}.parquet"),
-                                      pl.read_parquet(log_path))
+            items = pl.read_parquet(args.from_logs / f"items_{log_path.stem[4:]}.parquet")
+            keep = seeded_order(items["item_id"].to_list(), args.seed)[: args.n]  # --n: the first n, as a run would
+            results[name] = summarize(items.filter(pl.col("item_id").is_in(keep)),
+                                      pl.read_parquet(log_path).filter(pl.col("item_id").is_in(keep)))
         print_tables(results)
         return
 
