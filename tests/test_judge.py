@@ -679,3 +679,28 @@ def test_label_letters_are_the_prompt_letters():
     from benchmark_illusion.prompts import LETTERS
 
     assert LABEL_LETTERS == LETTERS == "ABCDEFGH"
+
+
+def test_restating_the_question_subject_is_not_a_hedge():
+    """Passage-span distractors can be the question's subject; a declarative answer names it."""
+    from benchmark_illusion.judge import judge, judge_candidates
+
+    q = "Which river does the Pellan Bridge cross?"
+    options = ["Pellan Bridge", "grey stone", "Sorr River", "1931"]
+    out = "The Pellan Bridge crosses the Sorr River between Castlebrook and Milford."
+    j = judge(out, ["Sorr River"], "en", question=q, options=options)
+    assert j.correct and not j.hedge and j.options_named == 1
+    c = judge_candidates(out, options, 2, "en", question=q, letters=False)
+    assert c.correct and c.pred_option == 2 and c.options_named == 1
+    # a real hedge with an option that is not in the question stays wrong
+    j = judge("Sorr River or grey stone", ["Sorr River"], "en", question=q, options=options)
+    assert j.hedge and not j.correct and j.options_named == 2
+    # the question's subject alone is still an answer: it names that option
+    c = judge_candidates("Pellan Bridge", options, 2, "en", question=q, letters=False)
+    assert c.pred_option == 0 and not c.correct
+    # German and Chinese restatements
+    j = judge("Die Alte Brücke führt über die Auler.", ["Auler"], "de",
+              question="Über welchen Fluss führt die Alte Brücke?", options=["Alte Brücke", "1742", "5", "Auler"])
+    assert not j.hedge and j.options_named == 1  # (too long for a one-token gold, but no hedge)
+    j = judge("长江大桥跨越长江", ["长江"], "zh", question="长江大桥跨越哪条河？", options=["长江大桥", "长江", "1957", "武汉"])
+    assert j.contains

@@ -90,6 +90,13 @@ Naming an option (used by hedge, options_named and the `candidates` format)
     and "Tesla Motors", the prediction "Tesla Motors" names only "Tesla Motors", and
     "Tesla and Tesla Motors" names both.
 
+Restating the question is not naming
+    When a prediction names two or more options, those whose text occurs in the question
+    are not counted (unless that leaves none): a declarative answer restates the question's
+    subject, and passage-span distractors can be exactly that subject. "The Pellan Bridge
+    crosses the Sorr River" for "Which river does the Pellan Bridge cross?" names only
+    "Sorr River", although "Pellan Bridge" is an option too.
+
 hedge (the prediction offers the gold and something else)
     `judge` with `options`: the prediction contains a gold and also names an option that
     is not a gold ("1432 or 1427" with the options 1427 and 1432, gold 1427). The phrase
@@ -314,6 +321,17 @@ def named_phrases(pred: list[str], phrases: list[list[str]]) -> list[bool]:
     return named
 
 
+def _answered(named: set[int], option_tokens: list[list[str]], question: list[str]) -> set[int]:
+    """The named options offered as answers: when two or more are named, those whose text is
+    in the question are left out (a restatement names the question's subject: "The Pellan Bridge
+    crosses the Sorr River" for "Which river does the Pellan Bridge cross?"), unless that would
+    leave none."""
+    if len(named) < 2:
+        return named
+    answered = {k for k in named if not contains_tokens(question, option_tokens[k])}
+    return answered or named
+
+
 def _is_repeat(pred: list[str], gold: list[str]) -> bool:
     """`pred` is `gold` two or more times over and nothing else."""
     n = len(gold)
@@ -451,8 +469,9 @@ def judge(
     if options is not None:
         option_tokens = [tokenize(o, lang) for o in options]
         named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
-        n_options = sum(named)
-        hedge = contained and any(n and toks not in gold_tokens for n, toks in zip(named, option_tokens))
+        kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang))
+        n_options = len(kept)
+        hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
     repeat = not s["exact_match"] and any(_is_repeat(pred, g) for g in gold_tokens)
 
     return Judgement(
@@ -531,6 +550,7 @@ def judge_candidates(
     pred = tokenize(judged, lang)
     option_tokens = [tokenize(o, lang) for o in options]
     named = set() if bare else {k for k, n in enumerate(named_phrases(pred, option_tokens)) if n}
+    named = _answered(named, option_tokens, tokenize(question, lang))
     if label is not None:
         named.add(label)
     pred_option = next(iter(named)) if len(named) == 1 else None
