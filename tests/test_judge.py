@@ -704,3 +704,15 @@ def test_restating_the_question_subject_is_not_a_hedge():
     assert not j.hedge and j.options_named == 1  # (too long for a one-token gold, but no hedge)
     j = judge("长江大桥跨越长江", ["长江"], "zh", question="长江大桥跨越哪条河？", options=["长江大桥", "长江", "1957", "武汉"])
     assert j.contains
+
+
+def test_a_distractor_overlapping_the_gold_as_written_is_not_a_hedge():
+    from benchmark_illusion.judge import judge
+
+    options = ["of grey", "Sorr River", "grey stone", "1931"]
+    j = judge("The Pellan Bridge is made of grey stone.", ["grey stone"], "en",
+              question="What is the Pellan Bridge made of?", options=options)
+    assert j.correct and not j.hedge and j.options_named == 1
+    # written apart from the gold, the same distractor is a hedge
+    j = judge("grey stone, or of grey", ["grey stone"], "en", options=options)
+    assert j.hedge and not j.correct

@@ -100,7 +100,10 @@ Restating the question is not naming
 hedge (the prediction offers the gold and something else)
     `judge` with `options`: the prediction contains a gold and also names an option that
     is not a gold ("1432 or 1427" with the options 1427 and 1432, gold 1427). The phrase
-    set is the options and the golds, so a distractor inside a named gold does not count.
+    set is the options and the golds, so a distractor inside a named gold does not count,
+    and neither does one whose every occurrence overlaps the gold as written (the passage
+    span "of grey" in "made of grey stone", gold "grey stone"). In `candidates` such an
+    overlap stays ambiguous: both options are named.
     In `candidates`: the judged text contains the gold option and names another option.
 
 repeat (degenerate repetition)
@@ -321,6 +324,20 @@ def named_phrases(pred: list[str], phrases: list[list[str]]) -> list[bool]:
     return named
 
 
+def _inside_gold(pred: list[str], phrase: list[str], golds: list[list[str]]) -> bool:
+    """Every occurrence of `phrase` in `pred` partly overlaps an occurrence of a gold: the text is
+    part of the gold as written ("of grey" in "made of grey stone", gold "grey stone"). An
+    occurrence that covers a whole gold ("Tesla Motors" around the gold "Tesla") is not part of it."""
+    spans = [(i, i + len(g)) for g in golds for i in find_token_runs(pred, g)]
+
+    def partly(s: int) -> bool:
+        e = s + len(phrase)
+        return any(s < e2 and s2 < e and not (s <= s2 and e2 <= e) for s2, e2 in spans)
+
+    runs = find_token_runs(pred, phrase)
+    return bool(runs) and all(partly(s) for s in runs)
+
+
 def _answered(named: set[int], option_tokens: list[list[str]], question: list[str]) -> set[int]:
     """The named options offered as answers: when two or more are named, those whose text is
     in the question are left out (a restatement names the question's subject: "The Pellan Bridge
@@ -469,6 +486,8 @@ def judge(
     if options is not None:
         option_tokens = [tokenize(o, lang) for o in options]
         named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
+        named = [n and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
+                 for n, toks in zip(named, option_tokens)]
         kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang))
         n_options = len(kept)
         hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
