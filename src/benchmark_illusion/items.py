@@ -241,6 +241,32 @@ class _Pool:
 # Items
 
 
+class _Picked:
+    """The distractors chosen so far, and the rule both modes share for the next candidate:
+    a text is considered once, and rejected when it has no tokens, overlaps a gold or a chosen
+    distractor (`_overlap_tokens`), or fails the mode's extra check `also` (called last, so it
+    may record the accepted text)."""
+
+    def __init__(self, golds: list[tuple[str, ...]], also=None):
+        self.golds, self.also = golds, also
+        self.texts: list[str] = []
+        self.sources: list[str] = []
+        self._tokens: list[tuple[str, ...]] = []
+        self._seen: set[str] = set()
+
+    def consider(self, text: str, tokens: tuple[str, ...], source: str) -> None:
+        if text in self._seen:
+            return
+        self._seen.add(text)
+        if not tokens or any(_overlap_tokens(tokens, t) for t in self.golds + self._tokens):
+            return
+        if self.also is not None and not self.also(text):
+            return
+        self.texts.append(text)
+        self._tokens.append(tokens)
+        self.sources.append(source)
+
+
 def _choose_distractors(
     golds: list[tuple[str, ...]],
     passage_texts: list[str],
@@ -257,22 +283,8 @@ def _choose_distractors(
     distractor already chosen. Returns (texts, sources); a source is 'answer' (same
     passage) or 'other_passage'.
     """
-    chosen: list[str] = []
-    chosen_tokens: list[tuple[str, ...]] = []
-    sources: list[str] = []
-    considered: set[str] = set()
-
-    def consider(text: str, tokens: tuple[str, ...], source: str) -> None:
-        if text in considered:
-            return
-        considered.add(text)
-        if not tokens or any(_overlap_tokens(tokens, g) for g in golds):
-            return
-        if any(_overlap_tokens(tokens, c) for c in chosen_tokens):
-            return
-        chosen.append(text)
-        chosen_tokens.append(tokens)
-        sources.append(source)
+    picked = _Picked(golds)
+    chosen, sources, consider = picked.texts, picked.sources, picked.consider
 
     if passage_texts:
         hashes = np.array([_stable_u64("answer", t) for t in passage_texts], dtype=np.uint64)
@@ -582,27 +594,18 @@ def _choose_passage_distractors(
     n_gold = len(tokenize(gold, passage.lang))
     lo, hi = _length_range(n_gold)
     kind = _kind(gold)
-    chosen: list[str] = []
-    chosen_tokens: list[tuple[str, ...]] = []
     used: list[tuple[int, int]] = []
-    sources: list[str] = []
-    considered: set[str] = set()
 
-    def consider(text: str, tokens: tuple[str, ...], source: str) -> None:
-        if text in considered:
-            return
-        considered.add(text)
-        if not tokens or any(_overlap_tokens(tokens, g) for g in golds):
-            return
-        if any(_overlap_tokens(tokens, c) for c in chosen_tokens):
-            return
+    def apart(text: str) -> bool:
+        """The text occurs in the passage, never on characters of a distractor already chosen."""
         where = passage.occurrences(text)
         if not where or any(a < d and c < b for a, b in where for c, d in used):
-            return
-        chosen.append(text)
-        chosen_tokens.append(tokens)
+            return False
         used.extend(where)
-        sources.append(source)
+        return True
+
+    picked = _Picked(golds, apart)
+    chosen, sources, consider = picked.texts, picked.sources, picked.consider
 
     def ordered(lengths: list[int], hashes: np.ndarray, weak: list[bool] | None = None) -> np.ndarray:
         lengths_a = np.array(lengths, dtype=np.int64)
