@@ -83,8 +83,9 @@ def expected_paper_jobs() -> dict[str, int]:
     checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"]))
     return {"download_dataset": benchmarks, "build_items": benchmarks, "import_hub_model": models,
             "evaluate_pool": models * benchmarks, "select_items": models * benchmarks,
-            "dense_generations": models * benchmarks, "calibration_data": models, "prune": models * checkpoints,
-            "evaluate": models * checkpoints * benchmarks, "aggregate": 1, "figures": 1, "all": 1,
+            "calibration_data": models, "prune": models * checkpoints,
+            # every pruned checkpoint and the dense model on every benchmark
+            "evaluate": models * (checkpoints + 1) * benchmarks, "aggregate": 1, "figures": 1, "all": 1,
             # competency gaps: an SAE and labels per model, activations per model x benchmark
             "sae": models, "concept_labels": models, "concept_activations": models * benchmarks,
             "competency_gaps": 1, "concept_figures": 1}

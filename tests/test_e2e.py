@@ -42,10 +42,12 @@ def smoke_config(tmp: Path) -> Path:
         "datasets": {"sample": {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json"),
                                 "languages": ["en", "es"]}},
         "items": {"pool_max": 24, "max_per_language": 10},
-        # Recovery decodes are lighter than the defaults here (2 beams, 3 samples, 8 tokens):
-        # the pipeline path is what this test covers; the decodes are tested in test_recovery.py.
-        "evaluation": {"max_new_tokens": 16, "batch_size": 8,
-                       "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8}},
+        # Recovery decodes are lighter than the defaults here (2 beams, 3 samples): the pipeline
+        # path is what this test covers; the decodes are tested in test_recovery.py. They run on
+        # every selected item (scope all: the oracle table), and their budget floor of 8 is raised
+        # to the greedy budget (12) and to each gold's length + budget_margin.
+        "evaluation": {"max_new_tokens": 12, "batch_size": 8,
+                       "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"}},
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
         "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64, "languages": ["en", "es"]},
@@ -101,10 +103,11 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     work, _ = smoke_run
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"])
     assert {rule for _, rule in submitted} == {
-        "download_dataset", "build_items", "import_model", "evaluate_pool", "select_items", "dense_generations",
+        "download_dataset", "build_items", "import_model", "evaluate_pool", "select_items",
         "calibration_data", "prune", "evaluate", "aggregate", "figures"} | CONCEPT_RULES
-    # 39 jobs (2 languages, 6 checkpoints, 6 concept jobs) and one more for the retried evaluate job
-    assert len(submitted) == 2 * 5 + 1 + 1 + 6 + 12 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
+    # 39 jobs (2 languages, dense + 6 checkpoints evaluated, 6 concept jobs) and one more for the
+    # retried evaluate job
+    assert len(submitted) == 2 * 4 + 1 + 1 + 6 + 14 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
     history = {j["id"]: j for j in squeue_history()}
     for job_id, rule in submitted:
         job = history[job_id]  # slurmctld knows every job id the log names
@@ -266,14 +269,139 @@ def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     for method, s, lang, n, n_mc_only, rate in rows:
         assert 0 <= n_mc_only <= n and (n == 0 or rate == pytest.approx(n_mc_only / n))
         if method == "dense":
-            assert n_mc_only == 0  # selected items are right in the dense model's open answers
+            # selected items are right in the dense model's open and mc answers, and evaluating the
+            # dense model again (fp32 on CPU, other batches) reproduces them: a noise floor of 0
+            assert n_mc_only == 0
     # The item-level table says which items pruning turned from correct to MC-only.
     n_items = con.execute("SELECT count(*) FROM item_outcomes WHERE mc_only AND method <> 'dense'").fetchone()[0]
-    assert n_items == sum(r[4] for r in rows)
-    # Recovery decodes ran on exactly the MC-only items, and every one got a status.
-    decoded = con.execute("SELECT count(*) FROM item_outcomes WHERE recovered IS NOT NULL").fetchone()[0]
-    assert decoded == n_items
+    assert n_items == sum(r[4] for r in rows if r[0] != "dense")
+    # Recovery decodes ran on every selected item of every checkpoint (scope all), dense included,
+    # and every item got a status.
+    assert con.execute("SELECT count(*) FROM item_outcomes WHERE recovered IS NULL").fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM item_outcomes WHERE method = 'dense'").fetchone()[0] > 0
     assert con.execute("SELECT count(*) FROM item_outcomes WHERE status IS NULL").fetchone()[0] == 0
+
+
+def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run):
+    """Every headline number has its control on the real model's run."""
+    work, _ = smoke_run
+    logs = pl.concat([pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")])
+    items = pl.concat([pl.read_parquet(work / f"results/items/sample/{lang}.parquet") for lang in ("en", "es")])
+    # budgets: greedy 12, recovery floor 8 raised to 12; every gold fits with the margin of 4
+    gen = logs.filter(pl.col("format") != "mc")
+    assert gen["max_new_tokens"].null_count() == 0 and gen["max_new_tokens"].min() == 12
+    assert gen.filter(pl.col("decode") != "greedy")["max_new_tokens"].min() == 12
+    assert (gen["n_output_tokens"] <= gen["max_new_tokens"]).all()
+    # the decoy: every open-format row judged against the option after the gold
+    opened = logs.filter(pl.col("format").is_in(["open", "oneshot"]))
+    assert opened["decoy_correct"].null_count() == 0
+    assert (opened["decoy_option"] == (opened["gold_option"] + 1) % 4).all()
+    assert items.height > 0
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    # the dense model went through `evaluate` like the checkpoints: its floor is 0 in fp32 on CPU
+    floor = con.execute("SELECT DISTINCT noise_floor FROM mc_only").fetchall()
+    assert floor == [(0.0,)]
+    assert con.execute("SELECT max(abs(drop)) FROM support_gradient WHERE method = 'dense'").fetchone() == (0.0,)
+    assert con.execute("SELECT count(*) FROM support_gradient WHERE noise_floor IS NULL").fetchone() == (0,)
+    # chance: K = 4 options; adjusted accuracy and MC-only rate by their formulas
+    for acc, chance, adj in con.execute("SELECT accuracy, chance, accuracy_chance_adj FROM accuracy "
+                                        "WHERE format = 'mc'").fetchall():
+        assert chance == 0.25 and adj == pytest.approx((acc - 0.25) / 0.75)
+    for rate, adj, open_acc in con.execute(
+            "SELECT m.mc_only_rate, m.mc_only_guess_adj, a.accuracy FROM mc_only m JOIN accuracy a "
+            "USING (model, method, structure, sparsity, dataset, lang) WHERE a.format = 'open'").fetchall():
+        assert adj == pytest.approx(rate - (1 - open_acc) / 4)
+    # false recovery beside every recovery rate, and the corrected rate
+    for rate, false, corrected in con.execute(
+            "SELECT rate, false_recovery_rate, corrected_rate FROM recovery").fetchall():
+        assert false is not None and corrected == pytest.approx(rate - false)
+    # the oracle table is complete (scope all), dense included, with drops for the pruned rows
+    oracle = con.execute("SELECT method, bool_and(complete), count(*) FILTER (WHERE drop IS NULL) FROM oracle "
+                         "GROUP BY method ORDER BY method").fetchall()
+    assert [o[0] for o in oracle] == ["dense", "magnitude", "sparsegpt", "wanda"]
+    assert all(o[1] for o in oracle)
+    assert oracle[0][2] > 0 and all(o[2] == 0 for o in oracle[1:])
+    # greedy <= oracle everywhere
+    assert con.execute("""SELECT count(*) FROM oracle g JOIN oracle o
+                          USING (model, method, structure, sparsity, dataset, lang)
+                          WHERE g.decode = 'greedy' AND o.decode = 'oracle' AND o.accuracy < g.accuracy""").fetchone() == (0,)
+
+
+def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run):
+    """A second implementation, without the SQL: accuracy per format, MC-only rate, Delta_PR,
+    demoted and erased counts and oracle accuracy per checkpoint and language equal the tables."""
+    work, _ = smoke_run
+    logs = pl.concat([pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")])
+    key = ["method", "sparsity", "lang", "item_id"]
+    first = logs.filter(pl.col("sample") == 0)
+
+    def correct(fmt, decode):
+        return (first.filter((pl.col("format") == fmt) & (pl.col("decode") == decode))
+                .select(*key, pl.col("correct").alias(fmt)))
+
+    decoded = (logs.filter(pl.col("decode").is_in(["beam", "sample"]) | (pl.col("format") == "oneshot"))
+               .group_by(key).agg(pl.col("correct").any().alias("recovered")))
+    per_item = (correct("open", "greedy").join(correct("candidates", "greedy"), on=key)
+                .join(correct("mc", "loglik"), on=key).join(decoded, on=key, how="left"))
+    per_item = per_item.with_columns(
+        (pl.col("mc") & ~pl.col("open")).alias("mc_only"),
+        (~pl.col("open") & pl.col("recovered").fill_null(False)).alias("demoted"),
+        (~pl.col("open") & ~pl.col("recovered").fill_null(False)
+         & (pl.col("recovered").is_not_null() | ~pl.col("mc"))).alias("erased"),
+        (pl.col("open") | pl.col("recovered").fill_null(False)).alias("oracle"))
+    want = (per_item.group_by("method", "sparsity", "lang")
+            .agg(pl.len().alias("n"), pl.col("open").mean(), pl.col("candidates").mean(), pl.col("mc").mean(),
+                 pl.col("mc_only").mean(),
+                 (pl.col("candidates").cast(pl.Float64) - pl.col("open").cast(pl.Float64)).mean().alias("delta_pr"),
+                 pl.col("demoted").sum(), pl.col("erased").sum(), pl.col("oracle").mean()))
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    got = con.execute("""
+        SELECT m.method, m.sparsity, m.lang, m.n_items, o.accuracy, c.accuracy, mc.accuracy, m.mc_only_rate,
+               d.delta_pr, m.n_demoted, m.n_erased, orc.accuracy
+        FROM mc_only m
+        JOIN accuracy o USING (model, method, structure, sparsity, dataset, lang)
+        JOIN accuracy c USING (model, method, structure, sparsity, dataset, lang)
+        JOIN accuracy mc USING (model, method, structure, sparsity, dataset, lang)
+        JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)
+        JOIN oracle orc USING (model, method, structure, sparsity, dataset, lang)
+        WHERE o.format = 'open' AND c.format = 'candidates' AND mc.format = 'mc' AND orc.decode = 'oracle'
+          AND m.lang <> 'all'""").fetchall()
+    assert len(got) == want.height == 2 * (1 + len(CHECKPOINTS))
+    table = {(r[0], r[1], r[2]): r[3:] for r in got}
+    for w in want.iter_rows(named=True):
+        g = table[(w["method"], w["sparsity"], w["lang"])]
+        assert g == (w["n"], pytest.approx(w["open"]), pytest.approx(w["candidates"]), pytest.approx(w["mc"]),
+                     pytest.approx(w["mc_only"]), pytest.approx(w["delta_pr"]), w["demoted"], w["erased"],
+                     pytest.approx(w["oracle"])), w
+
+
+def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
+    """evaluation.dtype bfloat16: the dense model evaluated twice (pool, then the selected items in
+    other batches) may disagree with itself; the floor is reported, whatever its value."""
+    import shutil
+
+    work, cfg = smoke_run
+    bf = tmp_path / "bf16"
+    for sub in ("resources",):  # the imported model and the downloaded data: no re-import
+        shutil.copytree(work / sub, bf / sub)
+    c = yaml.safe_load(cfg.read_text())
+    c["datasets"]["sample"]["languages"] = ["en"]
+    c["items"] = {"pool_max": 12, "max_per_language": 8}
+    c["evaluation"].update(dtype="bfloat16", formats=["open", "mc"])
+    c["evaluation"]["recovery"] = {"beam": False, "sample": False, "oneshot": False}
+    c["pruning"]["methods"] = []
+    c["concepts"] = {"enabled": False}
+    path = bf / "bf16.yaml"
+    path.write_text(yaml.safe_dump(c))
+    res = snakemake(bf, path)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    con = duckdb.connect(str(bf / "results/illusion.duckdb"), read_only=True)  # concepts off: one database
+    floor = con.execute("SELECT n_items, mc_only_rate, noise_floor FROM mc_only WHERE method = 'dense' "
+                        "AND lang = 'en'").fetchone()
+    assert floor[0] > 0 and floor[2] is not None and floor[1] == floor[2]
+    drops = con.execute("SELECT format, drop FROM support_gradient WHERE method = 'dense' AND lang = 'en'").fetchall()
+    assert {f for f, _ in drops} == {"open", "mc", "mc_norm"} and all(d is not None for _, d in drops)
+    print(f"bfloat16 noise floor on CPU: MC-only {floor[2]:.3f} over {floor[0]} items; drops {drops}")
 
 
 def test_cli_prints_a_query_result(smoke_run):
@@ -287,11 +415,11 @@ def test_cli_prints_a_query_result(smoke_run):
     assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
 
 
-METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
+METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "oracle", "gold_rank", "gold_rank_cdf",
                  "position_bias", "accuracy_by_distractor_source",
                  "selection", "item_outcomes", "rates", "item_values", "bootstrap_units", "bootstrap_weights")
 FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias",
-           "concept_coverage", "concept_extremes", "concept_damage")
+           "oracle_vs_sparsity", "concept_coverage", "concept_extremes", "concept_damage")
 
 
 def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
@@ -304,9 +432,9 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
                        "AND value <= ci_high + 1e-9)").fetchone() == (0,)
     assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'").fetchone() \
         == (1 + len(CHECKPOINTS),)
-    # the support gradient covers every pruned checkpoint x language x format
+    # the support gradient covers every checkpoint x language x format (the dense row: the noise floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() \
-        == (len(CHECKPOINTS) * 2 * 4,)
+        == ((1 + len(CHECKPOINTS)) * 2 * 4,)
     # the recovery table reports every decode of the smoke config plus the oracle
     decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
     assert decodes == {"beam_top", "beam_any", "sample_pass", "sample_majority", "oneshot", "oracle"}
@@ -463,7 +591,8 @@ def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     assert len(rows) == 1 + len(CHECKPOINTS)
-    assert {"open", "candidates", "mc", "delta_pr", "mc_only_rate_ci", "recovered", "demoted", "erased"} <= set(rows[0])
+    assert {"open", "candidates", "mc", "delta_pr", "mc_only_rate_ci", "floor", "guess_adj", "recovered", "false_rec",
+            "demoted", "erased"} <= set(rows[0])
 
 
 def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
@@ -510,8 +639,9 @@ def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(smoke_run):
 def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
     work, cfg = smoke_run
     plan = changed_plan(work, cfg, lambda c: c["evaluation"]["recovery"].update(num_beams=3))
-    # the pruned checkpoints' evaluations (6 x 2 languages); the dense pool runs no recovery decode
-    assert plan == {"evaluate": 12, **AGGREGATION}
+    # every evaluation on the selected items, the dense model's too (7 x 2 languages); the dense
+    # pool runs no recovery decode, so neither it nor the selection re-runs
+    assert plan == {"evaluate": 14, **AGGREGATION}
 
 
 def test_adding_a_language_runs_only_its_chain(smoke_run):
@@ -519,7 +649,7 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
     plan = changed_plan(work, cfg, lambda c: c["datasets"]["sample"]["languages"].append("de"))
     # concepts.sae.languages is pinned: the SAE stays, the new language only gets its activations
     assert plan == {"download_dataset": 1, "build_items": 1, "evaluate_pool": 1, "select_items": 1,
-                    "dense_generations": 1, "evaluate": len(CHECKPOINTS), "concept_activations": 1, **AGGREGATION}
+                    "evaluate": 1 + len(CHECKPOINTS), "concept_activations": 1, **AGGREGATION}
 
 
 @pytest.mark.parametrize("section,change,reruns", [

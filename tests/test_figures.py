@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
-def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, rank):
+def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, rank, decode_all=False):
     base = dict(model=model, method=method, structure=structure, sparsity=sparsity, dataset="d", lang=lang,
                 item_id=item, sample=0, seed=0)
     out = [dict(base, format="open", decode="greedy", correct=open_ok, gold_rank=rank),
@@ -24,23 +24,25 @@ def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, ran
                 gold_option=0),
            dict(base, format="candidates", decode="greedy", correct=open_ok, pred_option=0 if open_ok else 2,
                 gold_option=0)]
-    if mc_ok and not open_ok:  # recovery decodes on MC-only items
-        out += [dict(base, format="open", decode="beam", sample=k, correct=k == 1) for k in range(2)]
-        out.append(dict(base, format="oneshot", decode="greedy", correct=rank < 5))
+    if decode_all or (mc_ok and not open_ok):  # recovery decodes on MC-only items (scope all: every item)
+        out += [dict(base, format="open", decode="beam", sample=k, correct=k == 1 or open_ok, decoy_correct=k == 0)
+                for k in range(2)]
+        out.append(dict(base, format="oneshot", decode="greedy", correct=rank < 5, decoy_correct=False))
     return out
 
 
-def database(tmp_path: Path, checkpoints, models=("m",)) -> Path:
+def database(tmp_path: Path, checkpoints, models=("m",), decode_all=False) -> Path:
     rows, selected = [], {}
     for model in models:
         for lang in ("en", "es"):
             ids = [f"{lang}{i}" for i in range(6)]
             selected[(model, lang)] = ids
             for i, item in enumerate(ids):
-                rows += rows_for(model, "dense", "none", 0.0, lang, item, True, True, 1)
+                rows += rows_for(model, "dense", "none", 0.0, lang, item, True, True, 1, decode_all)
                 for method, structure, sparsity in checkpoints:
                     lost = i < round(sparsity * 8)
-                    rows += rows_for(model, method, structure, sparsity, lang, item, not lost, True, 1 + 3 * i if lost else 1)
+                    rows += rows_for(model, method, structure, sparsity, lang, item, not lost, True,
+                                     1 + 3 * i if lost else 1, decode_all)
     pl.DataFrame(rows, schema=LOG_SCHEMA).write_parquet(tmp_path / "g.parquet")
     sel = []
     for (model, lang), ids in selected.items():
@@ -76,5 +78,18 @@ def test_figures_with_nm_checkpoints_and_two_models(tmp_path):
 def test_figures_for_a_dense_only_run(tmp_path):
     """No pruned checkpoint: the figures still exist and say why they are empty."""
     db = database(tmp_path, [])
+    out = tmp_path / "figures"
+    assert_pngs(make_figures(db, out), out)
+
+
+def test_figures_with_every_item_decoded(tmp_path):
+    """recovery.scope all: the oracle rows are complete (the figure draws them), false recovery too."""
+    db = database(tmp_path, [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5)], decode_all=True)
+    con = duckdb.connect(str(db), read_only=True)
+    complete = con.execute("SELECT count(*), bool_and(complete) FROM oracle WHERE decode = 'oracle'").fetchone()
+    false_rec = con.execute("SELECT max(false_recovery_rate) FROM recovery WHERE decode = 'beam_any'").fetchone()[0]
+    con.close()
+    assert complete[0] > 0 and complete[1]
+    assert false_rec == 1.0  # beam 0 hits the decoy on every item
     out = tmp_path / "figures"
     assert_pngs(make_figures(db, out), out)

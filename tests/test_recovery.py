@@ -39,13 +39,16 @@ def test_beam_rows_and_top_beam_equal_unbatched_beam_search(tiny, bundled_tokeni
     item = ITEMS_EX[1]
     ids = bundled_tokenizer(build_prompt(bundled_tokenizer, PromptSettings(), item, "open"),
                             add_special_tokens=False, return_tensors="pt")["input_ids"]
+    top = beams.filter((pl.col("item_id") == item["item_id"]) & (pl.col("sample") == 0))
+    budget = top["max_new_tokens"][0]
+    # the gold ' 1931' is 5 tokens: the budget of 4 is raised to 5 + budget_margin (4)
+    assert budget == 9
     with torch.no_grad():
-        ref = tiny.generate(input_ids=ids, num_beams=5, num_return_sequences=1, do_sample=False, max_new_tokens=4,
-                            early_stopping=True, pad_token_id=bundled_tokenizer.eos_token_id,
+        ref = tiny.generate(input_ids=ids, num_beams=5, num_return_sequences=1, do_sample=False,
+                            max_new_tokens=budget, early_stopping=True, pad_token_id=bundled_tokenizer.eos_token_id,
                             eos_token_id=[bundled_tokenizer.eos_token_id])[0, ids.shape[1]:].tolist()
     ref = [t for t in ref if t != bundled_tokenizer.eos_token_id]
-    top = beams.filter((pl.col("item_id") == item["item_id"]) & (pl.col("sample") == 0))["output"][0]
-    assert top == bundled_tokenizer.decode(ref, skip_special_tokens=True)
+    assert top["output"][0] == bundled_tokenizer.decode(ref, skip_special_tokens=True)
 
 
 def test_sampling_is_seeded_and_nucleus_only(tiny, bundled_tokenizer):
@@ -90,3 +93,77 @@ def test_scope_restricts_recovery_to_the_items_it_names(bundled_tokenizer, scope
     assert recovered == want
     assert wrong == {i["item_id"] for i in ITEMS}  # a random model misses every open answer
     assert 0 < len(mc_right) < len(ITEMS)  # and gets some, not all, mc items right by chance
+
+
+# Golds in scripts the byte-level tokenizer splits into many tokens (Bengali and Telugu take
+# 30+ tokens, Thai 20+): a fixed budget of 16 or 24 tokens could never produce them.
+LONG_GOLDS = [
+    dict(item_id="bn-1", lang="bn", question="স্বাধীনতা কবে ঘোষণা করা হয়?",
+         context="বাংলাদেশের স্বাধীনতা ১৯৭১ সালের ২৬ মার্চ ঘোষণা করা হয়। যুদ্ধ নয় মাস চলে।",
+         answers=["১৯৭১ সালের ২৬ মার্চ"], options=["নয় মাস", "১৯৭১ সালের ২৬ মার্চ", "যুদ্ধ", "বাংলাদেশের"], gold_option=1,
+         exemplar_id="ex-1"),
+    dict(item_id="te-1", lang="te", question="ఆలయం ఎక్కడ ఉంది?", context="ఆ ఆలయం తిరుపతి కొండల మీద ఉంది. అది చాలా పాతది.",
+         answers=["తిరుపతి కొండల మీద"], options=["తిరుపతి కొండల మీద", "పాతది", "ఆలయం", "చాలా"], gold_option=0,
+         exemplar_id="ex-1"),
+    dict(item_id="th-1", lang="th", question="เขาอยู่ที่ไหน", context="สมชายอยู่ที่กรุงเทพมหานคร น้องสาวของเขาอยู่ที่เชียงใหม่",
+         answers=["กรุงเทพมหานคร"], options=["เชียงใหม่", "สมชาย", "กรุงเทพมหานคร", "น้องสาว"], gold_option=2,
+         exemplar_id="ex-1"),
+]
+
+
+def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_tokenizer):
+    from benchmark_illusion.evaluate import Tokens, gold_tokens
+
+    toks = Tokens(bundled_tokenizer, PromptSettings())
+    need = {i["item_id"]: gold_tokens(toks, i["answers"]) for i in LONG_GOLDS + ITEMS_EX}
+    assert need["bn-1"] > 24 and need["te-1"] > 24 and need["th-1"] > 16  # the problem, on the real tokenizer
+    rec = RecoverySettings(beam=True, num_beams=2, sample=True, num_samples=2, oneshot=True, max_new_tokens=3,
+                           scope="all")
+    settings = EvalSettings(formats=("open", "candidates", "mc"), batch_size=4, max_new_tokens=8, budget_margin=4,
+                            recovery=rec)
+    df = evaluate_items(tiny, bundled_tokenizer, pl.DataFrame(LONG_GOLDS + ITEMS_EX), settings, RunMeta("tiny"),
+                        progress=False, exemplars={"ex-1": EXEMPLAR})
+    gen = df.filter(pl.col("format") != "mc")
+    assert gen["max_new_tokens"].null_count() == 0 and df.filter(pl.col("format") == "mc")["max_new_tokens"].null_count() == df.filter(pl.col("format") == "mc").height
+    for r in gen.iter_rows(named=True):
+        assert r["max_new_tokens"] == max(8, need[r["item_id"]] + 4), r  # recovery floor 3 is raised to greedy's 8
+        assert r["n_output_tokens"] <= r["max_new_tokens"]
+    # a random model rarely stops: the long golds' rows write past the configured 8 tokens
+    long_rows = gen.filter(pl.col("item_id") == "bn-1")
+    assert long_rows["n_output_tokens"].max() > 8
+    # rows of items with a short gold keep the configured budget, so batching by budget changes nothing for them
+    short = gen.filter(pl.col("item_id") == "en-1")
+    assert need["en-1"] + 4 <= 8 and set(short["max_new_tokens"]) == {8}
+
+
+def test_batches_hold_one_budget_each():
+    from benchmark_illusion.evaluate import _batches
+
+    budgets = [6, 6, 30, 6, 30, 6, 6]
+    order = sorted(range(7), key=lambda i: budgets[i])
+    batches = list(_batches(order, 3, budgets))
+    assert all(len({budgets[i] for i in b}) == 1 and len(b) <= 3 for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(7))
+    assert list(_batches(list(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_tokenizer):
+    from benchmark_illusion.evaluate import _judge_row, decoy_option
+
+    item = ITEMS[0]  # options Brennick, Port Alder (gold), 1887, the harbour
+    assert decoy_option(item) == 2
+    row = _judge_row("1887", item, EvalSettings())
+    assert row["decoy_option"] == 2 and row["decoy_correct"] and not row["correct"]
+    row = _judge_row("Port Alder", item, EvalSettings())
+    assert row["correct"] and not row["decoy_correct"]
+    # the hedge rule applies to the decoy too: naming the gold beside it is not a false recovery
+    row = _judge_row("1887 or Port Alder", item, EvalSettings())
+    assert not row["decoy_correct"] and not row["correct"]
+    assert "decoy_correct" not in _judge_row("B", item, EvalSettings(), "candidates")
+    df = run(tiny, bundled_tokenizer, RecoverySettings(beam=True, oneshot=True, scope="all"))
+    gen = df.filter(pl.col("format").is_in(["open", "oneshot"]))
+    assert gen["decoy_correct"].null_count() == 0
+    want = {i["item_id"]: (i["gold_option"] + 1) % 4 for i in ITEMS_EX}
+    assert all(want[r["item_id"]] == r["decoy_option"] for r in gen.iter_rows(named=True))
+    assert df.filter(pl.col("format").is_in(["mc", "candidates"]))["decoy_correct"].null_count() == \
+        df.filter(pl.col("format").is_in(["mc", "candidates"])).height

@@ -326,3 +326,8 @@ def test_select_equals_reading_those_sequences_alone():
     torch.testing.assert_close(part.acts, alone.acts, atol=1e-5, rtol=1e-5)
     assert part.seq.tolist() == alone.seq.tolist() and part.pos.tolist() == alone.pos.tolist()
     assert part.n_excluded == alone.n_excluded > 0
+
+
+def test_norm_threshold_uses_the_interpolated_median():
+    assert float(S._median(torch.tensor([1.0, 2.0, 10.0, 4.0]))) == 3.0  # torch's .median() says 2
+    assert float(S._median(torch.tensor([5.0, 1.0, 3.0]))) == 3.0

@@ -17,16 +17,19 @@ SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
 def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None, lang="en", correct_norm=None,
-        partial=None):
+        partial=None, decoy=None):
     decode = decode or {"mc": "loglik"}.get(fmt, "greedy")
     if partial is None and rank is not None:
         partial = False
     if fmt == "mc" and correct_norm is None:
         correct_norm = correct
+    if decoy is None and fmt in ("open", "oneshot"):
+        decoy = False  # the decoy (a fixed distractor judged as the gold) is not produced
     return dict(model="m", method=method, structure="none" if method == "dense" else "unstructured",
                 sparsity=0.0 if method == "dense" else 0.5, dataset="d", lang=lang, item_id=item, format=fmt,
                 decode=decode, sample=sample, output=answer or "", answer_norm=answer, correct=correct,
-                correct_norm=correct_norm, gold_rank=rank, gold_token_partial=partial, seed=0)
+                correct_norm=correct_norm, gold_rank=rank, gold_token_partial=partial, seed=0,
+                option_ll=[0.0, -1.0, -2.0, -3.0] if fmt == "mc" else None, decoy_correct=decoy)
 
 
 def frame(rows):
@@ -120,7 +123,8 @@ def test_rates_by_hand(db):
     assert rate(db, "drop_open") == (4, 0.75)
     assert rate(db, "drop_candidates") == (4, 0.25)
     assert rate(db, "drop_mc") == (4, 0.25)
-    assert rate(db, "drop_open", method="dense") is None  # no drop of the dense model from itself
+    # the dense row's reference is the selection run (here the same rows): its drop is the noise floor
+    assert rate(db, "drop_open", method="dense") == (4, 0.0)
     # candidates minus open per item: [1,0,0,0]
     assert rate(db, "delta_pr") == (4, 0.25)
     assert rate(db, "delta_pr", method="dense") == (4, -0.25)  # dense: [1,1,1,0] - [1,1,1,1]
@@ -155,10 +159,13 @@ def test_accuracy_by_hand(db):
 
 def test_support_gradient_by_hand(db):
     got = {r[0]: r[1:] for r in db.execute(
-        "SELECT format, n_items, dense_accuracy, accuracy, drop FROM support_gradient WHERE lang = 'en'").fetchall()}
-    assert got == {"open": (4, 1.0, 0.25, 0.75), "candidates": (4, 0.75, 0.5, 0.25),
-                   "mc": (4, 1.0, 0.75, 0.25), "mc_norm": (4, 1.0, 0.75, 0.25)}
-    assert db.execute("SELECT count(*) FROM support_gradient WHERE method = 'dense'").fetchone() == (0,)
+        "SELECT format, n_items, reference, reference_accuracy, accuracy, drop, noise_floor FROM support_gradient "
+        "WHERE lang = 'en' AND method = 'w'").fetchall()}
+    assert got == {"open": (4, "dense", 1.0, 0.25, 0.75, 0.0), "candidates": (4, "dense", 0.75, 0.5, 0.25, 0.0),
+                   "mc": (4, "dense", 1.0, 0.75, 0.25, 0.0), "mc_norm": (4, "dense", 1.0, 0.75, 0.25, 0.0)}
+    dense = db.execute("SELECT DISTINCT reference, drop, noise_floor FROM support_gradient "
+                       "WHERE method = 'dense'").fetchall()
+    assert dense == [("selection_run", 0.0, 0.0)]
 
 
 def test_delta_pr_by_hand(db):
@@ -175,6 +182,68 @@ def test_mc_only_by_hand(db):
     assert rows[1] == ("w", 4, 2, 0.5, 1, 3, 1, 2, 1, 0)
     assert db.execute("SELECT demoted_rate, erased_rate FROM mc_only WHERE method = 'w' AND lang = 'en'").fetchone() \
         == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    # guessing-adjusted: mc_only [1,1,0,0] - (1 - open [0,0,0,1]) / 4 = [.75,.75,-.25,0] -> 0.3125
+    # = 0.5 - (1 - 0.25) / 4; the noise floor is the dense model's own MC-only rate (0 here)
+    assert db.execute("SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy FROM mc_only "
+                      "WHERE method = 'w' AND lang = 'en'").fetchone() == (pytest.approx(0.3125), 0.0, 0)
+
+
+def test_chance_adjusted_accuracy_by_hand(db):
+    # mc [1,1,0,1] with K = 4: (0.75 - 0.25) / 0.75 = 2/3; candidates [1,0,0,1]: (0.5 - 0.25) / 0.75 = 1/3
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT format, chance, accuracy_chance_adj FROM accuracy WHERE method = 'w' AND lang = 'en'").fetchall()}
+    assert got["mc"] == (0.25, pytest.approx(2 / 3))
+    assert got["candidates"] == (0.25, pytest.approx(1 / 3))
+    assert got["open"] == (None, None)
+    lo, hi = db.execute("SELECT chance_adj_ci_low, chance_adj_ci_high FROM accuracy "
+                        "WHERE method = 'w' AND lang = 'en' AND format = 'mc'").fetchone()
+    assert lo <= 2 / 3 <= hi
+
+
+def test_noise_floor_when_the_dense_model_disagrees_with_its_selection_run(tmp_path):
+    # The selection run had every item right; evaluated again (another batch), the dense model
+    # misses i2 in open but keeps it in mc: a noise floor of 1/4 in MC-only rate and open drop.
+    dense_again = [r for r in DENSE if not (r["item_id"] == "i2" and r["format"] == "open")]
+    dense_again.append(row("dense", "i2", "open", False, rank=2))
+    con = build(tmp_path, dense_again + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
+    floor = con.execute("SELECT method, mc_only_rate, noise_floor FROM mc_only WHERE lang = 'en' "
+                        "ORDER BY method").fetchall()
+    assert floor == [("dense", 0.25, 0.25), ("w", 0.5, 0.25)]
+    got = {r[0]: r[1:] for r in con.execute(
+        "SELECT method, drop, noise_floor FROM support_gradient WHERE lang = 'en' AND format = 'open'").fetchall()}
+    # w's drop is now from the re-evaluated dense model: [1,0,1,0]
+    assert got == {"dense": (0.25, 0.25), "w": (0.5, 0.25)}
+
+
+def test_false_recovery_by_hand(tmp_path):
+    # i1's wrong samples 'a' are the decoy (a distractor judged as the gold); i2's beams hit nothing
+    pruned = [dict(r, decoy_correct=True) if r["item_id"] == "i1" and r["answer_norm"] == "a" else r
+              for r in PRUNED]
+    con = build(tmp_path, DENSE + pruned, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
+    got = {r[0]: r[1:] for r in con.execute(
+        "SELECT decode, rate, false_recovery_rate, corrected_rate FROM recovery WHERE lang = 'en'").fetchall()}
+    # over the MC-only items i1, i2: sample_pass [1,0]; its decoy [1,0]; corrected [0,0]
+    assert got["sample_pass"] == (0.5, 0.5, 0.0)
+    # the majority answer of i1 is 'a' (3 of 5): the decoy, not the gold
+    assert got["sample_majority"] == (0.0, 0.5, -0.5)
+    assert got["beam_any"] == (0.5, 0.0, 0.5)
+    assert got["oracle"] == (0.5, 0.5, 0.0)
+    assert con.execute("SELECT n_demoted, n_demoted_decoy FROM mc_only WHERE method = 'w' AND lang = 'en'"
+                       ).fetchone() == (2, 1)
+
+
+def test_oracle_by_hand(db):
+    got = {r[0]: r[1:] for r in db.execute(
+        "SELECT decode, n_items, n_selected, complete, accuracy, dense_accuracy, drop FROM oracle "
+        "WHERE method = 'w' AND lang = 'en'").fetchall()}
+    # greedy [0,0,0,1]; oracle: i1 recovered, i2 not, i3 recovered, i4 right in greedy -> [1,0,1,1]
+    assert got["greedy"] == (4, 4, True, 0.25, 1.0, 0.75)
+    assert got["oracle"] == (4, 4, True, 0.75, 1.0, 0.25)
+    # beams ran on i1 and i2 only (scope mc_only): not the paper's number, and no dense beams to compare
+    assert got["beam_any"] == (2, 4, False, 0.5, None, None)
+    dense = {r[0]: r[1:] for r in db.execute(
+        "SELECT decode, accuracy, drop FROM oracle WHERE method = 'dense' AND lang = 'en'").fetchall()}
+    assert dense == {"greedy": (1.0, None), "oracle": (1.0, None)}
 
 
 def test_recovery_by_hand(db):
@@ -358,7 +427,8 @@ def test_paired_drop_interval_is_narrower_than_unpaired(tmp_path):
     rows = [r for k, i in enumerate(ids) for r in (row("dense", i, "open", True), row("dense", i, "mc", True),
                                                    row("w", i, "open", k >= 20), row("w", i, "mc", True))]
     con = build(tmp_path, rows, {"en": ids})
-    drop, lo, hi = con.execute("SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open'").fetchone()
+    drop, lo, hi = con.execute("SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open' "
+                               "AND method = 'w'").fetchone()
     acc_lo, acc_hi = con.execute("SELECT ci_low, ci_high FROM accuracy WHERE method = 'w' AND format = 'open' "
                                  "AND lang = 'en'").fetchone()
     assert drop == pytest.approx(0.1)

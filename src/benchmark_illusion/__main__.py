@@ -49,6 +49,15 @@ ORDER BY m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang
 """
 
 
+DAMAGE_TITLE = ("Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, the drop its "
+                "languages predict, the excess, with intervals, and the test's BH q-value)")
+# What qualifies, and why nothing may: the settings the damage tests ran with (docs/concepts.md).
+DAMAGE_CRITERIA_SQL = """
+    SELECT s.fdr_q, s.permutations,
+           (SELECT max(n) FROM (SELECT count(*) AS n FROM concept_damage_tests WHERE format = 'open' AND dataset = 'all'
+                                GROUP BY model, method, structure, sparsity)) AS tested
+    FROM concept_damage_settings s"""
+
 CONCEPT_SQL = {
     "SAE fit (held-out positions)": """
         SELECT model, source, hook_name, d_sae, k, round(fve, 3) AS fve, round(l0, 1) AS l0,
@@ -70,15 +79,17 @@ CONCEPT_SQL = {
         FROM chi_model WHERE population = 'pool' AND format = 'open' AND dataset = 'all' AND supported
         QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_model, concept) <= {n}
         ORDER BY model, chi_model""",
-    "Most damaged concepts per method (mean open chi_model drop over its unstructured sparsities)": """
-        SELECT model, method, concept, any_value(label) AS label, round(avg(drop_open), 3) AS drop_open,
-               round(avg(drop_mc), 3) AS drop_mc, round(avg(demoted_rate), 3) AS demoted,
-               round(avg(erased_rate), 3) AS erased, min(support) AS support
-        FROM concept_damage WHERE dataset = 'all' AND supported AND structure = 'unstructured'
-        GROUP BY model, method, concept
-        QUALIFY row_number() OVER (PARTITION BY model, method ORDER BY avg(drop_open) DESC, min(support) DESC,
-                                   concept) <= {n}
-        ORDER BY model, method, drop_open DESC""",
+    DAMAGE_TITLE: """
+        SELECT model, method, structure, sparsity, concept, label,
+               printf('%.2f [%.2f, %.2f]', drop_open, drop_open_ci_low, drop_open_ci_high) AS drop_open_ci,
+               round(expected_drop_open, 3) AS language_drop,
+               printf('%.3f [%.3f, %.3f]', excess_open, excess_open_ci_low, excess_open_ci_high) AS excess_ci,
+               printf('%.2g', q_open) AS q, round(drop_mc, 3) AS drop_mc, round(demoted_rate, 2) AS demoted,
+               round(erased_rate, 2) AS erased, damage, support
+        FROM concept_damage WHERE dataset = 'all' AND significant_open
+        QUALIFY row_number() OVER (PARTITION BY model, method, structure, sparsity
+                                   ORDER BY excess_open DESC, q_open, concept) <= {n}
+        ORDER BY model, method, structure, sparsity, excess_open DESC, q_open, concept""",
 }
 
 
@@ -210,7 +221,19 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "concepts":
             for title, sql in CONCEPT_SQL.items():
                 print(title)
-                _print(con.sql(sql.format(n=int(args.n))), False, 10_000)
+                rel = con.sql(sql.format(n=int(args.n)))
+                if title != DAMAGE_TITLE:
+                    _print(rel, False, 10_000)
+                    continue
+                fdr_q, n_perm, tested = con.execute(DAMAGE_CRITERIA_SQL).fetchall()[0]
+                criteria = (f"BH q < {fdr_q:g} among the supported concepts of the checkpoint and a drop above its "
+                            "languages' drop")
+                if len(rel.pl()):
+                    print(f"  ({criteria})")
+                    _print(rel, False, 10_000)
+                else:
+                    print(f"  no concept is significantly damaged ({criteria}; {tested or 0} concepts tested per "
+                          f"checkpoint, {n_perm} permutations: the smallest p is 1/{n_perm + 1})")
         else:
             where = "m.lang <> 'all'" if args.by_lang else "m.lang = 'all'"
             lang_cols = "m.dataset, m.lang, " if args.by_lang else ""

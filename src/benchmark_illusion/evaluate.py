@@ -32,6 +32,7 @@ class EvalSettings:
     formats: tuple[str, ...] = FORMATS
     batch_size: int = 8
     max_new_tokens: int = 32
+    budget_margin: int = 4
     max_length_factor: float = 3.0
     max_length_slack: int = 3
     seed: int = 0
@@ -107,15 +108,38 @@ def naive_logprob(model, prefix: list[int], cont: list[int]) -> float:
     return float(sum(logp[n - 1 + j, t] for j, t in enumerate(cont)))
 
 
-def _batches(order: list[int], size: int):
-    for i in range(0, len(order), size):
-        yield order[i : i + size]
+def _batches(order: list[int], size: int, budgets: list[int] | None = None):
+    """Consecutive runs of `order` of at most `size` rows; with `budgets`, one budget per batch."""
+    batch: list[int] = []
+    for i in order:
+        if batch and (len(batch) == size or (budgets is not None and budgets[i] != budgets[batch[0]])):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
 
 
-def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: str, exemplars: dict | None = None):
+def gold_tokens(toks: "Tokens", answers) -> int:
+    """Tokens the longest gold takes when written after the prompt (separator included)."""
+    return max((len(toks.tok(toks.sep + a, add_special_tokens=False)["input_ids"]) for a in answers), default=0)
+
+
+def budgets(toks: "Tokens", rows: list[dict], floor: int, margin: int) -> list[int]:
+    """Per row, new tokens a decode may write: `floor`, raised to the longest gold + `margin`.
+
+    A budget shorter than the gold would make the answer impossible to produce: the item
+    would count as wrong (or erased) by construction. The budget is logged per row.
+    """
+    return [max(floor, gold_tokens(toks, r["answers"]) + margin) for r in rows]
+
+
+def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: str, exemplars: dict | None = None,
+             budget: list[int] | None = None):
     """Prompt texts and ids of `rows` in format `fmt`, and the row order for length-sorted batches.
 
     exemplars: item_id -> item, for the `oneshot` format's worked example.
+    budget: per-row generation budgets; rows are grouped by budget first (one budget per batch).
     """
     texts = []
     for r in rows:
@@ -127,7 +151,7 @@ def _prompts(toks: "Tokens", settings: "EvalSettings", rows: list[dict], fmt: st
                                  "is not in the item table")
         texts.append(build_prompt(toks.tok, settings.prompt, r, fmt, exemplar=ex))
     ids = [toks.encode(t) for t in texts]
-    order = sorted(range(len(rows)), key=lambda i: (len(ids[i]), rows[i]["item_id"]))
+    order = sorted(range(len(rows)), key=lambda i: (budget[i] if budget else 0, len(ids[i]), rows[i]["item_id"]))
     return texts, ids, order
 
 
@@ -141,13 +165,31 @@ def _judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open
         j = judge_candidates(output, list(item["options"]), item["gold_option"], lang, letters=letters, **common)
     else:
         options = item.get("options")
-        j = judge(output, list(item["answers"]), lang, options=None if options is None else list(options), **common)
+        options = None if options is None else list(options)
+        j = judge(output, list(item["answers"]), lang, options=options, **common)
     row = dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo,
                too_long=j.too_long, hedge=j.hedge, repeat=j.repeat, options_named=j.options_named,
                answer_norm=normalize(j.judged, lang))
     if fmt == "candidates":
         row["pred_option"] = j.pred_option
+    else:
+        decoy = decoy_option(item)
+        if decoy is not None:
+            d = judge(output, [options[decoy]], lang, options=options, **common)
+            row.update(decoy_option=decoy, decoy_correct=d.correct)
     return row
+
+
+def decoy_option(item: dict) -> int | None:
+    """The distractor judged as if it were the gold (the false-recovery control), or None.
+
+    Fixed per item: the option after the gold (wrapping). Options are in seeded random order,
+    so this is a seeded random distractor, the same for every checkpoint and decode.
+    """
+    options, gold = item.get("options"), item.get("gold_option")
+    if options is None or gold is None or len(options) < 2:
+        return None
+    return (gold + 1) % len(options)
 
 
 def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings, meta: RunMeta,
@@ -201,10 +243,11 @@ def _extra_stop_ids(model) -> list[int]:
 
 
 def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:
-    texts, ids, order = _prompts(toks, settings, rows, "open")
+    budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
+    texts, ids, order = _prompts(toks, settings, rows, "open", budget=budget)
     out = []
     bar = tqdm(total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress)
-    for batch in _batches(order, settings.batch_size):
+    for batch in _batches(order, settings.batch_size, budget):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
         t_prefill = time.perf_counter() - t0
@@ -222,7 +265,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                 row["seconds"] = t_mc + t_prefill / len(batch)
         if "open" in want:
             t2 = time.perf_counter()
-            gen = engine.greedy(model, state, settings.max_new_tokens, stop, toks.pad_id)
+            gen = engine.greedy(model, state, budget[batch[0]], stop, toks.pad_id)
             t_gen = (time.perf_counter() - t2) / len(batch)
             for b, i in enumerate(batch):
                 r = rows[i]
@@ -231,7 +274,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                     base, item_id=r["item_id"], format="open", decode="greedy", prompt_id=prompt_id(texts[i]),
                     output=text, **_judge_row(text, r, settings), **best[b],
                     gold_option=r["gold_option"], n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]),
-                    seconds=t_gen + t_prefill / len(batch),
+                    max_new_tokens=budget[i], seconds=t_gen + t_prefill / len(batch),
                 ))
         bar.update(len(batch))
     bar.close()
@@ -316,14 +359,19 @@ def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict
 
 def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt: str,
                    exemplars: dict | None = None, max_new_tokens: int | None = None) -> list[dict]:
-    """Greedy answers in a format with its own prompt: `candidates` or `oneshot`."""
-    texts, ids, order = _prompts(toks, settings, rows, fmt, exemplars)
+    """Greedy answers in a format with its own prompt: `candidates` or `oneshot`.
+
+    max_new_tokens: the budget floor (default: evaluation.max_new_tokens); each row's budget is
+    raised to its longest gold + budget_margin (see `budgets`).
+    """
+    budget = budgets(toks, rows, max_new_tokens or settings.max_new_tokens, settings.budget_margin)
+    texts, ids, order = _prompts(toks, settings, rows, fmt, exemplars, budget=budget)
     out = []
     bar = tqdm(total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress)
-    for batch in _batches(order, settings.batch_size):
+    for batch in _batches(order, settings.batch_size, budget):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-        gen = engine.greedy(model, state, max_new_tokens or settings.max_new_tokens, stop, toks.pad_id)
+        gen = engine.greedy(model, state, budget[batch[0]], stop, toks.pad_id)
         dt = (time.perf_counter() - t0) / len(batch)
         for b, i in enumerate(batch):
             r = rows[i]
@@ -331,7 +379,7 @@ def _greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fm
             out.append(dict(
                 base, item_id=r["item_id"], format=fmt, decode="greedy", prompt_id=prompt_id(texts[i]),
                 output=text, **_judge_row(text, r, settings, fmt), gold_option=r["gold_option"],
-                n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]), seconds=dt,
+                n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]), max_new_tokens=budget[i], seconds=dt,
             ))
         bar.update(len(batch))
     bar.close()

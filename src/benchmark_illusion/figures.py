@@ -21,7 +21,8 @@ from .io import atomic_path  # noqa: E402
 
 log = logging.getLogger("benchmark_illusion")
 
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias")
+FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias",
+           "oracle_vs_sparsity")
 FORMATS = {"open": "open (generate)", "candidates": "candidates (options shown, generate)",
            "mc": "mc (log-likelihood)"}
 DECODES = {"beam_top": "beam, top beam", "beam_any": "beam, any beam", "sample_pass": "sampling, pass@k",
@@ -218,6 +219,10 @@ def recovery_by_decode(con, path: Path) -> None:
             style = dict(color="k", linewidth=2.2, marker="D") if decode == "oracle" else dict(color=f"C{i}", marker="o")
             if s.height:
                 _errorbar(ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style)
+            if decode == "oracle" and s.height and s["false_recovery_rate"].is_not_null().any():
+                f = s.filter(pl.col("false_recovery_rate").is_not_null())
+                _errorbar(ax, f, "sparsity", "false_recovery_rate", "false_ci_low", "false_ci_high", color="0.5",
+                          linestyle="--", marker="x", label="any decode, judged against a distractor (false recovery)")
         counts = m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
         for row in counts.iter_rows(named=True):
             ax.annotate(f"n={row['n_mc_only']}", (row["sparsity"], 1.0), textcoords="offset points", xytext=(0, 4),
@@ -231,6 +236,27 @@ def recovery_by_decode(con, path: Path) -> None:
         fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
                    ncol=min(len(handles), 6), fontsize=9, title="decode (error bars: 95% bootstrap intervals)")
     fig.suptitle("Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
+                 fontsize=12)
+    _save(fig, path)
+
+
+def oracle_vs_sparsity(con, path: Path) -> None:
+    """Greedy vs oracle accuracy over every selected item, against sparsity (the seed paper's view)."""
+    df = con.sql("SELECT * FROM oracle WHERE dataset = 'all' AND decode IN ('greedy', 'oracle') "
+                 "AND structure IN ('none', 'unstructured')").pl()
+    complete = df.filter(pl.col("decode") == "oracle")["complete"].fill_null(False).any() if df.height else False
+    models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
+    empty = "no pruned checkpoint" if complete else "oracle needs evaluation.recovery.scope: all"
+    fig, axes, panels = _method_panels(df if complete else df.clear(), models, empty)
+    for ax, model, method, d in panels:
+        rows = d.filter(pl.col("method").is_in(["dense", method]) & pl.col("complete"))
+        for decode, style in (("greedy", dict(color="tab:red", marker="o", label="greedy")),
+                              ("oracle", dict(color="k", marker="D", linewidth=2.2, label="oracle (any decode)"))):
+            _errorbar(ax, rows.filter(pl.col("decode") == decode), "sparsity", "accuracy", "ci_low", "ci_high", **style)
+        n = int(rows["n_items"].max() or 0) if rows.height else 0
+        _label(ax, model, method, SPARSITY_LABEL, "accuracy on all selected items", (-0.03, 1.03))
+        ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
+    fig.suptitle("Greedy vs oracle accuracy over all selected items (95% bootstrap intervals; table: oracle)",
                  fontsize=12)
     _save(fig, path)
 
@@ -394,37 +420,59 @@ def concept_extremes(con, path: Path) -> None:
     _save(fig, path)
 
 
+NO_SIGNIFICANT_DAMAGE = "no concept is significantly damaged"
+
+
 def concept_damage(con, path: Path) -> None:
-    """Per method: the concepts whose open chi_model drops most, on average over the method's
-    unstructured sparsities (a concept hit early ranks above one lost only at the end)."""
-    df = con.sql("""SELECT model, method, concept, any_value(label) AS label, min(support) AS support,
-                           count(*) AS n_checkpoints, min(sparsity) AS s_min, max(sparsity) AS s_max,
-                           avg(drop_open) AS drop_open, avg(drop_mc) AS drop_mc,
-                           avg(demoted_rate) AS demoted_rate, avg(erased_rate) AS erased_rate
-                    FROM concept_damage
-                    WHERE dataset = 'all' AND supported AND structure = 'unstructured'
-                    GROUP BY model, method, concept""").pl()
+    """Per method: the concepts pruning damages beyond their languages (concept_damage.significant_open)."""
+    _save(_concept_damage_figure(con), path)
+
+
+def _concept_damage_figure(con):
+    """One panel per model x method: the concepts significantly damaged in open at one of the
+    method's checkpoints (BH q < fdr_q and a drop above its languages' drop, across benchmarks),
+    each shown at the checkpoint where its excess is largest, most excess first. Bars: the open
+    drop with its bootstrap interval (red) next to the mc drop (blue); the black tick is the drop
+    the concept's languages predict. Panels without such a concept say so."""
+    fdr_q, ci_level = con.execute("SELECT fdr_q, ci_level FROM concept_damage_settings").fetchall()[0]
+    df = con.sql("""SELECT model, method, structure, sparsity, concept, label, support, drop_open, drop_open_ci_low,
+                           drop_open_ci_high, expected_drop_open, excess_open, q_open, drop_mc
+                    FROM concept_damage WHERE dataset = 'all' AND significant_open""").pl()
+    best = df.sort(["excess_open", "q_open", "sparsity", "structure"], descending=[True, False, False, False]) \
+        .unique(["model", "method", "concept"], keep="first", maintain_order=True)
+    methods = con.sql("SELECT DISTINCT model, method FROM concept_damage").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM chi_bench").pl()["model"].to_list())
-    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    fig, _, panels = _method_panels(methods, models, "no pruned checkpoint")
     n = 12
-    for ax, model, method, d in panels:
-        m = d.filter(pl.col("method") == method).sort(["drop_open", "support", "concept"],
-                                                      descending=[True, True, False]).head(n)
+    for ax, model, method, _d in panels:
+        m = best.filter((pl.col("model") == model) & (pl.col("method") == method)).head(n)
+        ax.set_title(f"{model}: {method}", fontsize=10)
         if m.height == 0:
-            _empty(ax, "no concept with enough support")
+            _empty(ax, NO_SIGNIFICANT_DAMAGE)
             continue
         rows = m.to_dicts()
         y = list(range(len(rows)))[::-1]
-        ax.barh([v + 0.2 for v in y], [r["drop_open"] for r in rows], height=0.4, color="tab:red", label="open")
-        ax.barh([v - 0.2 for v in y], [r["drop_mc"] for r in rows], height=0.4, color="tab:blue", label="mc")
+        drop = [r["drop_open"] for r in rows]
+        low = [r["drop_open"] if r["drop_open_ci_low"] is None else r["drop_open_ci_low"] for r in rows]
+        high = [r["drop_open"] if r["drop_open_ci_high"] is None else r["drop_open_ci_high"] for r in rows]
+        err = [[max(v - lo, 0) for v, lo in zip(drop, low)], [max(hi - v, 0) for v, hi in zip(drop, high)]]
+        ax.barh([v + 0.2 for v in y], drop, height=0.4, color="tab:red", xerr=err, capsize=2,
+                error_kw={"elinewidth": 0.8}, label="open")
+        ax.barh([v - 0.2 for v in y], [r["drop_mc"] or 0.0 for r in rows], height=0.4, color="tab:blue", label="mc")
+        ax.scatter([r["expected_drop_open"] for r in rows], [v + 0.2 for v in y], marker="|", s=120, color="k",
+                   zorder=3, label="its languages' drop")
         ax.set_yticks(y)
-        ax.set_yticklabels([f"{_concept_name(r, 26)}  d{r['demoted_rate']:.2f} e{r['erased_rate']:.2f}"
-                            for r in rows], fontsize=7)
-        ax.set_xlim(min(0.0, float(m["drop_mc"].min() or 0)) - 0.02, 1.02)
-        ax.set_xlabel("chi_model drop, dense - pruned (mean over sparsities)")
-        ax.set_title(f"{model}: {method}, sparsity {rows[0]['s_min']:g}-{rows[0]['s_max']:g}", fontsize=10)
+        ax.set_yticklabels([f"{_concept_name(r, 26)}  s{r['sparsity']:g}{_label_unstructured(r['structure'])} "
+                            f"q{r['q_open']:.2g}" for r in rows], fontsize=7)
+        ax.set_xlim(min(0.0, float(m["drop_mc"].min() or 0)) - 0.02, 1.05)
+        ax.set_xlabel("chi_model drop, dense - pruned (across benchmarks)")
         ax.grid(alpha=0.3, axis="x")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("Concepts most damaged by pruning: chi_model drop in open vs mc "
-                 "(d / e: weighted share of items demoted / erased)", fontsize=12)
-    _save(fig, path)
+        ax.legend(fontsize=6, loc="best", framealpha=0.8)
+    if best.height == 0:
+        fig.suptitle(f"Pruning damage by concept: {NO_SIGNIFICANT_DAMAGE}\n(open: BH q < {fdr_q:g} and a drop "
+                     "above its languages' drop)", fontsize=10)
+    else:
+        fig.suptitle(f"Concepts pruning damages beyond their languages (open: BH q < {fdr_q:g}, drop above its "
+                     f"languages' drop)\nopen drop with {ci_level:.0%} interval (red), mc drop (blue), "
+                     "| = the drop its languages predict", fontsize=10)
+    return fig

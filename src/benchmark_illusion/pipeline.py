@@ -91,6 +91,7 @@ def eval_settings(config: dict, recovery: bool = True):
         formats=tuple(e["formats"]),
         batch_size=e["batch_size"],
         max_new_tokens=e["max_new_tokens"],
+        budget_margin=e["budget_margin"],
         max_length_factor=j["max_length_factor"],
         max_length_slack=j["max_length_slack"],
         seed=config["seed"],
@@ -114,8 +115,8 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     """Evaluate one checkpoint on one item file and write the log rows.
 
     limit: evaluate only the first `limit` items in seeded order (the selection pool). The pool
-      gets recovery decodes only with recovery.scope 'all': selected items are right in the
-      dense model's open and mc answers, so narrower scopes would only decode dropped items.
+      gets no recovery decode: the dense model is evaluated again on the selected items by the
+      `evaluate` rule, like every pruned checkpoint, and decoded there.
     threads: CPU threads for torch (None: torch's default).
     exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
     """
@@ -129,7 +130,7 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
         keep = set(seeded_order(items["item_id"].to_list(), config["seed"])[:limit])
         items = items.filter(pl.col("item_id").is_in(list(keep)))
     is_pool = limit is not None
-    settings = eval_settings(config, recovery=not is_pool or config["evaluation"]["recovery"]["scope"] == "all")
+    settings = eval_settings(config, recovery=not is_pool)
     if items.height == 0:  # e.g. a language where the dense model got no item right
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)
@@ -156,6 +157,15 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
     dt = time.perf_counter() - t0
     write_parquet(df, out)
+    from .recovery import recovery_floor
+
+    is_recovery = (pl.col("decode") != "greedy") | (pl.col("format") == "oneshot")
+    floor = pl.when(is_recovery).then(recovery_floor(settings)).otherwise(settings.max_new_tokens)
+    raised = df.filter(pl.col("max_new_tokens") > floor)
+    if raised.height:
+        log.info("generation budget raised above the config for %d rows (%d items) so that the longest gold "
+                 "fits (evaluation.budget_margin %d): up to %d new tokens", raised.height,
+                 raised["item_id"].n_unique(), settings.budget_margin, raised["max_new_tokens"].max())
     acc = (df.filter(pl.col("decode").is_in(["greedy", "loglik"])).group_by("format")
            .agg(pl.col("correct").mean()).sort("format").to_dicts())
     log.info("evaluated %d items in %.1fs (%.2f items/s); accuracy %s", items.height, dt,
@@ -187,13 +197,6 @@ def select_items_file(pool: str | Path, items_path: str | Path, out: str | Path,
     if selected.height == 0:
         log.warning("select_items %s: no item is answered correctly by the dense model in both open and mc", out)
     return info
-
-
-def dense_generations_file(pool: str | Path, selected: str | Path, out: str | Path) -> None:
-    """The dense model's log on the selected items: the pool's rows, not a second evaluation."""
-    ids = pl.read_parquet(selected)["item_id"]
-    rows = pl.read_parquet(pool).filter(pl.col("item_id").is_in(ids.implode()))
-    write_parquet(rows, out)
 
 
 # ---------------------------------------------------------------- pruning

@@ -9,8 +9,13 @@
 They run on the MC-only items (scope 'mc_only': greedy `open` wrong, `mc` right; the items whose
 answer may be demoted rather than erased), on every item whose greedy `open` answer is wrong
 ('open_wrong'), or on every item ('all'). transformers adds top_k=50 to sampling unless told
-otherwise; top_k=0 is passed so that the nucleus alone decides. Their generation length is
-`max_new_tokens` of their own: an answer longer than the judge's length limit is wrong anyway.
+otherwise; top_k=0 is passed so that the nucleus alone decides.
+
+Budgets: a recovery decode may write at least as many new tokens as the greedy decode of the
+same item (`evaluation.max_new_tokens`, raised to the item's longest gold + budget_margin);
+`recovery.max_new_tokens` can only raise that floor. A smaller budget would label an item
+erased because its gold does not fit (a Bengali gold takes 34-38 tokens of the bundled
+tokenizer). Every row logs its budget in `max_new_tokens`.
 """
 
 from __future__ import annotations
@@ -47,17 +52,18 @@ class RecoverySettings:
 def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule, base: dict,
                   exemplars: dict[str, dict], progress: bool) -> list[dict]:
     """Log rows of every enabled recovery decode on `rows` (already restricted to the scope)."""
-    from .evaluate import _batches, _judge_row, _prompts
+    from .evaluate import _batches, _judge_row, _prompts, budgets
 
     rec: RecoverySettings = settings.recovery
+    floor = recovery_floor(settings)
     out: list[dict] = []
     if not rows:
         return out
     if rec.beam or rec.sample:
-        texts, ids, order = _prompts(toks, settings, rows, "open")
+        budget = budgets(toks, rows, floor, settings.budget_margin)
+        texts, ids, order = _prompts(toks, settings, rows, "open", budget=budget)
         stop_ids = sorted(stop.stop_ids)
-        common = dict(max_new_tokens=rec.max_new_tokens, pad_token_id=toks.pad_id,
-                      eos_token_id=stop_ids or None)
+        common = dict(pad_token_id=toks.pad_id, eos_token_id=stop_ids or None)
         passes = []
         if rec.beam:
             passes.append(("beam", dict(do_sample=False, num_beams=rec.num_beams,
@@ -67,12 +73,13 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
                                           num_return_sequences=rec.num_samples)))
         for decode, kwargs in passes:
             bar = tqdm(total=len(rows), desc=f"{decode} {base['dataset']}/{base['lang']}", disable=not progress)
-            for n_batch, batch in enumerate(_batches(order, settings.batch_size)):
+            for n_batch, batch in enumerate(_batches(order, settings.batch_size, budget)):
                 if decode == "sample":
                     # Seeded per batch: batches are fixed by length sorting, so reruns draw the same.
                     torch.manual_seed(settings.seed * 1_000_003 + n_batch)
                 t0 = time.perf_counter()
-                seqs = _generate(model, [ids[i] for i in batch], toks.pad_id, {**common, **kwargs})
+                seqs = _generate(model, [ids[i] for i in batch], toks.pad_id,
+                                 {**common, **kwargs, "max_new_tokens": budget[batch[0]]})
                 k = kwargs["num_return_sequences"]
                 dt = (time.perf_counter() - t0) / (len(batch) * k)
                 for b, i in enumerate(batch):
@@ -83,7 +90,7 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
                             base, item_id=rows[i]["item_id"], format="open", decode=decode, sample=j,
                             prompt_id=prompt_id(texts[i]), output=text, **_judge_row(text, rows[i], settings),
                             gold_option=rows[i]["gold_option"], n_prompt_tokens=len(ids[i]),
-                            n_output_tokens=len(gen), seconds=dt,
+                            n_output_tokens=len(gen), max_new_tokens=budget[i], seconds=dt,
                         ))
                 bar.update(len(batch))
             bar.close()
@@ -91,8 +98,13 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
         from .evaluate import _greedy_format
 
         out += _greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars,
-                              max_new_tokens=rec.max_new_tokens)
+                              max_new_tokens=floor)
     return out
+
+
+def recovery_floor(settings) -> int:
+    """The recovery decodes' budget floor: never below the greedy decode's."""
+    return max(settings.recovery.max_new_tokens, settings.max_new_tokens)
 
 
 @torch.inference_mode()

@@ -302,9 +302,17 @@ def median_norm_threshold(reader: ResidualReader, seqs: list[list[int]], factor:
     return norm_threshold(a, factor, len(seqs))
 
 
+def _median(x: torch.Tensor) -> torch.Tensor:
+    """The interpolated median (the mean of the two middle values for an even count), the one
+    definition used everywhere; torch's .median() returns the lower of the two."""
+    x = x.float().sort().values
+    n = x.numel()
+    return (x[(n - 1) // 2] + x[n // 2]) / 2
+
+
 def norm_threshold(acts: Activations, factor: float, n_ref: int) -> float:
     """factor x the median norm of the positions of the first n_ref sequences of `acts`."""
-    return float(factor * acts.acts[acts.seq < n_ref].norm(dim=-1).median())
+    return float(factor * _median(acts.acts[acts.seq < n_ref].norm(dim=-1)))
 
 
 # --------------------------------------------------------------------------------------------

@@ -53,6 +53,12 @@ rule figures:
             category="Figures",
             labels={"figure": "5 position bias"},
         ),
+        report(
+            "results/figures/oracle_vs_sparsity.png",
+            caption="../report/oracle_vs_sparsity.rst",
+            category="Figures",
+            labels={"figure": "6 greedy vs oracle accuracy"},
+        ),
     log:
         "logs/figures.log",
     script:

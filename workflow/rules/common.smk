@@ -84,16 +84,15 @@ def get_model_config(wildcards):
 
 
 def get_pool_eval_config(wildcards):
-    """Like get_eval_config, without recovery settings unless recovery runs on the pool.
+    """Like get_eval_config, without the recovery settings: the pool is never decoded.
 
-    With scope open_wrong the pool gets no recovery decode (selected items are right in open),
-    so a decoding parameter must not re-run the dense pool and the selection.
+    The dense model is evaluated (and decoded) again on the selected items by `evaluate`, so a
+    decoding parameter must not re-run the dense pool and the selection.
     """
     params = get_eval_config(wildcards)
-    if params["evaluation"]["recovery"]["scope"] != "all":
-        params["evaluation"] = {
-            k: v for k, v in params["evaluation"].items() if k != "recovery"
-        }
+    params["evaluation"] = {
+        k: v for k, v in params["evaluation"].items() if k != "recovery"
+    }
     return params
 
 
@@ -107,8 +106,16 @@ def get_eval_config(wildcards):
     return params
 
 
+def get_checkpoint(wildcards):
+    """The weights `evaluate` loads: the imported model for method dense, else a pruned checkpoint."""
+    if wildcards.method == "dense":
+        return f"resources/models/{wildcards.model}"
+    return f"results/checkpoints/{wildcards.model}/{wildcards.method}/{wildcards.structure}/{wildcards.sparsity}"
+
+
 def dense_generation_files():
-    """Dense evaluation logs on the selected items, one per model x dataset x lang."""
+    """Dense evaluation logs on the selected items, one per model x dataset x lang (the dense
+    model through the same `evaluate` rule as every pruned checkpoint: its noise floor)."""
     return [
         f"results/generations/{m}/dense/none/0/{d}/{l}.parquet"
         for m in MODELS
@@ -368,5 +375,6 @@ def concept_sql_files():
 
 
 def get_gap_settings():
-    """Quantiles, minimum support and stability subsamples of the gap tables."""
-    return {"seed": config["seed"], **config["concepts"]["gaps"]}
+    """Quantiles, minimum support, stability subsamples and damage tests of the gap tables; the
+    damage tests' intervals use the metric tables' level (metrics.ci_level)."""
+    return {"seed": config["seed"], "ci_level": config["metrics"]["ci_level"], **config["concepts"]["gaps"]}

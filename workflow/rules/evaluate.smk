@@ -32,15 +32,3 @@ rule select_items:
         seed=config["seed"],
     script:
         "../scripts/select_items.py"
-
-
-rule dense_generations:
-    input:
-        pool="results/pool/{model}/{dataset}/{lang}.parquet",
-        selected="results/selected/{model}/{dataset}/{lang}.parquet",
-    output:
-        "results/generations/{model}/dense/none/0/{dataset}/{lang}.parquet",
-    log:
-        "logs/dense_generations/{model}/{dataset}/{lang}.log",
-    script:
-        "../scripts/dense_generations.py"

@@ -38,11 +38,16 @@ rule prune:
 
 rule evaluate:
     input:
-        model="results/checkpoints/{model}/{method}/{structure}/{sparsity}",
+        model=get_checkpoint,
         item_table="results/selected/{model}/{dataset}/{lang}.parquet",
         exemplars="results/items/{dataset}/{lang}.parquet",
     output:
         "results/generations/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.parquet",
+    wildcard_constraints:
+        # the dense model too (dense/none/0): the same rule, batch size, dtype and device as a
+        # pruned checkpoint, so that its MC-only rate and drops are the noise floor
+        method="dense|magnitude|wanda|sparsegpt",
+        structure="none|unstructured|[0-9]+of[0-9]+",
     log:
         "logs/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.log",
     benchmark:

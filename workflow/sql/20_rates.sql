@@ -57,14 +57,21 @@ WITH selected_values AS (
            mc_correct::DOUBLE          AS acc_mc,
            mc_norm_correct::DOUBLE     AS acc_mc_norm,
            oneshot::DOUBLE             AS acc_oneshot,
-           -- drop vs the dense model on the same item (pruned checkpoints only)
-           CASE WHEN method <> 'dense' THEN dense_open_correct::DOUBLE - open_correct::DOUBLE END             AS drop_open,
-           CASE WHEN method <> 'dense' THEN dense_candidates_correct::DOUBLE - candidates_correct::DOUBLE END AS drop_candidates,
-           CASE WHEN method <> 'dense' THEN dense_mc_correct::DOUBLE - mc_correct::DOUBLE END                 AS drop_mc,
-           CASE WHEN method <> 'dense' THEN dense_mc_norm_correct::DOUBLE - mc_norm_correct::DOUBLE END       AS drop_mc_norm,
+           -- chance-adjusted accuracy, (correct - 1/K) / (1 - 1/K): 0 = guessing, 1 = all right
+           (mc_correct::DOUBLE - 1.0 / n_options) / (1 - 1.0 / n_options)         AS acc_mc_chance_adj,
+           (candidates_correct::DOUBLE - 1.0 / n_options) / (1 - 1.0 / n_options) AS acc_candidates_chance_adj,
+           -- drop vs the reference on the same item: the dense model for a pruned checkpoint; for
+           -- the dense row the selection run (its drops are the noise floor)
+           dense_open_correct::DOUBLE - open_correct::DOUBLE             AS drop_open,
+           dense_candidates_correct::DOUBLE - candidates_correct::DOUBLE AS drop_candidates,
+           dense_mc_correct::DOUBLE - mc_correct::DOUBLE                 AS drop_mc,
+           dense_mc_norm_correct::DOUBLE - mc_norm_correct::DOUBLE       AS drop_mc_norm,
            -- production vs recognition
            candidates_correct::DOUBLE - open_correct::DOUBLE AS delta_pr,
            mc_only::DOUBLE                                    AS mc_only,
+           -- MC-only beyond guessing: a model that cannot produce the answer still picks it in mc
+           -- 1/K of the time by chance, so subtract (1 - open_correct) / K per item
+           mc_only::DOUBLE - (1 - open_correct::DOUBLE) / n_options AS mc_only_guess_adj,
            -- recoverability of MC-only items, per decode and any decode (oracle)
            CASE WHEN mc_only THEN beam_top::DOUBLE END        AS rec_beam_top,
            CASE WHEN mc_only THEN beam_any::DOUBLE END        AS rec_beam_any,
@@ -72,6 +79,36 @@ WITH selected_values AS (
            CASE WHEN mc_only THEN sample_majority::DOUBLE END AS rec_sample_majority,
            CASE WHEN mc_only THEN oneshot::DOUBLE END         AS rec_oneshot,
            CASE WHEN mc_only THEN recovered::DOUBLE END       AS rec_oracle,
+           -- false recovery: the same decodes judged against a fixed distractor (the decoy)
+           CASE WHEN mc_only THEN beam_top_decoy::DOUBLE END        AS frec_beam_top,
+           CASE WHEN mc_only THEN beam_any_decoy::DOUBLE END        AS frec_beam_any,
+           CASE WHEN mc_only THEN sample_pass_decoy::DOUBLE END     AS frec_sample_pass,
+           CASE WHEN mc_only THEN sample_majority_decoy::DOUBLE END AS frec_sample_majority,
+           CASE WHEN mc_only THEN oneshot_decoy::DOUBLE END         AS frec_oneshot,
+           CASE WHEN mc_only THEN recovered_decoy::DOUBLE END       AS frec_oracle,
+           -- corrected recovery: recovered minus falsely recovered, per item (paired)
+           CASE WHEN mc_only THEN beam_top::DOUBLE - beam_top_decoy::DOUBLE END               AS crec_beam_top,
+           CASE WHEN mc_only THEN beam_any::DOUBLE - beam_any_decoy::DOUBLE END               AS crec_beam_any,
+           CASE WHEN mc_only THEN sample_pass::DOUBLE - sample_pass_decoy::DOUBLE END         AS crec_sample_pass,
+           CASE WHEN mc_only THEN sample_majority::DOUBLE - sample_majority_decoy::DOUBLE END AS crec_sample_majority,
+           CASE WHEN mc_only THEN oneshot::DOUBLE - oneshot_decoy::DOUBLE END                 AS crec_oneshot,
+           CASE WHEN mc_only THEN recovered::DOUBLE - recovered_decoy::DOUBLE END             AS crec_oracle,
+           -- oracle table: each decode's accuracy over every item it ran on, greedy included, and
+           -- the drop vs the dense model's same decode (pruned checkpoints; paired per item)
+           open_correct::DOUBLE     AS oacc_greedy,
+           beam_top::DOUBLE         AS oacc_beam_top,
+           beam_any::DOUBLE         AS oacc_beam_any,
+           sample_pass::DOUBLE      AS oacc_sample_pass,
+           sample_majority::DOUBLE  AS oacc_sample_majority,
+           oneshot::DOUBLE          AS oacc_oneshot,
+           oracle_correct::DOUBLE   AS oacc_oracle,
+           CASE WHEN method <> 'dense' THEN dense_open_correct::DOUBLE - open_correct::DOUBLE END       AS odrop_greedy,
+           CASE WHEN method <> 'dense' THEN dense_beam_top::DOUBLE - beam_top::DOUBLE END               AS odrop_beam_top,
+           CASE WHEN method <> 'dense' THEN dense_beam_any::DOUBLE - beam_any::DOUBLE END               AS odrop_beam_any,
+           CASE WHEN method <> 'dense' THEN dense_sample_pass::DOUBLE - sample_pass::DOUBLE END         AS odrop_sample_pass,
+           CASE WHEN method <> 'dense' THEN dense_sample_majority::DOUBLE - sample_majority::DOUBLE END AS odrop_sample_majority,
+           CASE WHEN method <> 'dense' THEN dense_oneshot::DOUBLE - oneshot::DOUBLE END                 AS odrop_oneshot,
+           CASE WHEN method <> 'dense' THEN dense_oracle_correct::DOUBLE - oracle_correct::DOUBLE END   AS odrop_oracle,
            -- lost open answers: demoted vs erased (status 'unknown' is in neither denominator)
            CASE WHEN status IN ('demoted', 'erased') THEN (status = 'demoted')::DOUBLE END AS demoted,
            CASE WHEN status IN ('demoted', 'erased') THEN (status = 'erased')::DOUBLE END  AS erased,
@@ -99,10 +136,14 @@ pool_values AS (
 )
 SELECT 'selected' AS population, * FROM selected_values
 UNPIVOT (value FOR metric IN (
-    acc_open, acc_candidates, acc_mc, acc_mc_norm, acc_oneshot,
+    acc_open, acc_candidates, acc_mc, acc_mc_norm, acc_oneshot, acc_mc_chance_adj, acc_candidates_chance_adj,
     drop_open, drop_candidates, drop_mc, drop_mc_norm,
-    delta_pr, mc_only,
+    delta_pr, mc_only, mc_only_guess_adj,
     rec_beam_top, rec_beam_any, rec_sample_pass, rec_sample_majority, rec_oneshot, rec_oracle,
+    frec_beam_top, frec_beam_any, frec_sample_pass, frec_sample_majority, frec_oneshot, frec_oracle,
+    crec_beam_top, crec_beam_any, crec_sample_pass, crec_sample_majority, crec_oneshot, crec_oracle,
+    oacc_greedy, oacc_beam_top, oacc_beam_any, oacc_sample_pass, oacc_sample_majority, oacc_oneshot, oacc_oracle,
+    odrop_greedy, odrop_beam_top, odrop_beam_any, odrop_sample_pass, odrop_sample_majority, odrop_oneshot, odrop_oracle,
     demoted, erased,
     top1_mc_only, top5_mc_only, top10_mc_only, top1_open_correct, top5_open_correct, top10_open_correct))
 UNION ALL BY NAME

@@ -5,6 +5,8 @@
 -- (metrics acc_<format>, acc_mc_norm); the judge variants and ranks are averaged here.
 -- `oneshot` is a recovery decode: its rows (and n_items) cover only the items in
 -- evaluation.recovery.scope (by default the MC-only ones), not every selected item.
+-- chance (mc and candidates): 1/K, the accuracy of guessing one of K options;
+-- accuracy_chance_adj = (accuracy - 1/K) / (1 - 1/K), with its interval (metric acc_<format>_chance_adj).
 CREATE OR REPLACE TABLE accuracy AS
 WITH per_format AS (
     SELECT model, method, structure, sparsity,
@@ -14,7 +16,8 @@ WITH per_format AS (
            avg(f1)                                AS f1,
            avg(contains::DOUBLE)                  AS contains,
            avg(echo::DOUBLE)                      AS echo_rate,
-           median(gold_rank)                      AS median_gold_rank
+           -- interpolated, like every median; a byte piece's rank is no rank of text (gold_rank)
+           quantile_cont(gold_rank, 0.5) FILTER (WHERE NOT coalesce(gold_token_partial, false)) AS median_gold_rank
     FROM generations
     WHERE sample = 0 AND decode IN ('greedy', 'loglik')
     GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, format),
@@ -23,8 +26,20 @@ WITH per_format AS (
 SELECT a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format, a.n_items,
        r.value AS accuracy, r.ci_low, r.ci_high,
        rn.value AS accuracy_norm, rn.ci_low AS norm_ci_low, rn.ci_high AS norm_ci_high,
-       a.exact_match, a.f1, a.contains, a.echo_rate, a.median_gold_rank
+       a.exact_match, a.f1, a.contains, a.echo_rate, a.median_gold_rank,
+       k.chance, rc.value AS accuracy_chance_adj, rc.ci_low AS chance_adj_ci_low, rc.ci_high AS chance_adj_ci_high
 FROM per_format a
+LEFT JOIN (
+    SELECT model, method, structure, sparsity, coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
+           avg(1.0 / n_options) AS chance
+    FROM item_outcomes
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang), (model, method, structure, sparsity))
+) k
+  ON a.format IN ('mc', 'candidates')
+ AND (k.model, k.method, k.structure, k.sparsity, k.dataset, k.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rates rc
+  ON rc.metric = 'acc_' || a.format || '_chance_adj' AND rc.population = 'selected'
+ AND (rc.model, rc.method, rc.structure, rc.sparsity, rc.dataset, rc.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
 LEFT JOIN rates r
   ON r.metric = 'acc_' || a.format AND r.population = 'selected'
  AND (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
@@ -33,26 +48,32 @@ LEFT JOIN rates rn
  AND (rn.model, rn.method, rn.structure, rn.sparsity, rn.dataset, rn.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
 ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format;
 
--- support_gradient: per pruned checkpoint x benchmark x format, the accuracy drop from the dense
--- model on the same items (dense minus pruned, paired per item). The paper's expectation is a
--- gradient: open drops most, candidates less, mc least. Formats: open, candidates, mc, mc_norm.
+-- support_gradient: per checkpoint x benchmark x format, the accuracy drop from the reference
+-- on the same items (reference minus checkpoint, paired per item). The reference of a pruned
+-- checkpoint is the dense model evaluated by the same rule; the dense row's reference is the
+-- selection run, so its drop is the noise floor (the same weights evaluated twice), repeated in
+-- every row as `noise_floor`. The paper's expectation is a gradient: open drops most,
+-- candidates less, mc least. Formats: open, candidates, mc, mc_norm. reference_accuracy =
+-- accuracy + drop (paired over the same items).
 CREATE OR REPLACE TABLE support_gradient AS
 SELECT d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang,
        replace(d.metric, 'drop_', '') AS format,
        d.n_items,
-       dense.value AS dense_accuracy,
+       CASE WHEN d.method = 'dense' THEN 'selection_run' ELSE 'dense' END AS reference,
+       acc.value + d.value AS reference_accuracy,
        acc.value   AS accuracy,
        d.value     AS drop,
-       d.ci_low, d.ci_high
+       d.ci_low, d.ci_high,
+       floor.value AS noise_floor, floor.ci_low AS noise_floor_ci_low, floor.ci_high AS noise_floor_ci_high
 FROM rates d
 JOIN rates acc
   ON acc.metric = replace(d.metric, 'drop_', 'acc_') AND acc.population = 'selected'
  AND (acc.model, acc.method, acc.structure, acc.sparsity, acc.dataset, acc.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
-JOIN rates dense
-  ON dense.metric = acc.metric AND dense.method = 'dense' AND dense.population = 'selected'
- AND (dense.model, dense.dataset, dense.lang) = (d.model, d.dataset, d.lang)
+LEFT JOIN rates floor
+  ON floor.metric = d.metric AND floor.method = 'dense' AND floor.population = 'selected'
+ AND (floor.model, floor.dataset, floor.lang) = (d.model, d.dataset, d.lang)
 WHERE d.metric LIKE 'drop\_%' ESCAPE '\' AND d.population = 'selected'
-ORDER BY d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang,
+ORDER BY d.model, d.method <> 'dense', d.method, d.structure, d.sparsity, d.dataset, d.lang,
          array_position(['open', 'candidates', 'mc', 'mc_norm'], replace(d.metric, 'drop_', ''));
 
 -- delta_pr: production vs recognition with the options shown, per checkpoint x benchmark:

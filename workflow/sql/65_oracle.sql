@@ -1,0 +1,39 @@
+-- oracle: the seed paper's recoverability comparison over ALL selected items, per checkpoint x
+-- benchmark x decode (and pooled: dataset = 'all', lang = 'all').
+--   decode   greedy (the open answer), beam_top, beam_any, sample_pass, sample_majority, oneshot
+--            (see item_outcomes), and oracle: greedy or any recovery decode correct
+--   accuracy that decode's accuracy over the n_items it ran on (greedy: every selected item)
+--   complete n_items = n_selected: the decode ran on every selected item. Only then is the row
+--            the paper's number; it needs evaluation.recovery.scope 'all' (a narrower scope
+--            decodes some items only, and `oracle` is then NULL for the undecoded wrong ones)
+--   dense_accuracy, drop  the dense model's accuracy under the same decode, and the drop
+--            (dense minus checkpoint, paired per item, 95% bootstrap interval); NULL on the dense
+--            row, whose own noise floor is in support_gradient and mc_only
+-- A small drop in `oracle` beside a large one in `greedy` says the answers were demoted, not
+-- erased, over the whole benchmark rather than over the MC-only items alone.
+CREATE OR REPLACE TABLE oracle AS
+WITH n_sel AS (
+    SELECT model, method, structure, sparsity, coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
+           count(*) AS n_selected
+    FROM item_outcomes
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang), (model, method, structure, sparsity))
+)
+SELECT a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang,
+       replace(a.metric, 'oacc_', '') AS decode,
+       a.n_items, s.n_selected, a.n_items = s.n_selected AS complete,
+       a.value AS accuracy, a.ci_low, a.ci_high,
+       dense.value AS dense_accuracy,
+       d.value AS drop, d.ci_low AS drop_ci_low, d.ci_high AS drop_ci_high
+FROM rates a
+JOIN n_sel s
+  ON (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rates d
+  ON d.metric = replace(a.metric, 'oacc_', 'odrop_') AND d.population = 'selected'
+ AND (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rates dense
+  ON dense.metric = a.metric AND dense.population = 'selected' AND dense.method = 'dense' AND a.method <> 'dense'
+ AND (dense.model, dense.dataset, dense.lang) = (a.model, a.dataset, a.lang)
+WHERE a.metric LIKE 'oacc\_%' ESCAPE '\' AND a.population = 'selected'
+ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang,
+         array_position(['greedy', 'beam_top', 'beam_any', 'sample_pass', 'sample_majority', 'oneshot', 'oracle'],
+                        replace(a.metric, 'oacc_', ''));
