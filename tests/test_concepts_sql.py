@@ -160,6 +160,31 @@ def test_erased_dominates_where_nothing_recovers(tmp_path):
     assert d == {0: ("erased", 1.0), 1: ("none", 0.0)}
 
 
+def test_a_tie_between_demoted_and_erased_is_mixed(tmp_path):
+    # i1 is demoted (a beam recovers it), i2 erased (nothing does); equal activations: a tie
+    con = gaps_db(tmp_path, acts=[("en", "i1", 0, 1.0), ("en", "i2", 0, 1.0), ("en", "i1", 1, 3.0),
+                                  ("en", "i2", 1, 1.0)])
+    d = values(con, "SELECT concept, damage, demoted_rate, erased_rate FROM concept_damage WHERE lang = 'en'")
+    assert d == {0: ("mixed", 0.5, 0.5), 1: ("demoted", 0.75, 0.25)}
+
+
+def test_a_dense_only_run_has_empty_damage_tests(tmp_path):
+    con = build(tmp_path, DENSE, {"en": ["i1", "i2", "i3", "i4"]}, pool=POOL)
+    a, t, lab = concept_files(tmp_path)
+    load_concept_tables(con, [a], [t], [lab])
+    run_concept_sql(con, CONCEPT_SQL, GapSettings(min_support=2))
+    assert con.execute("SELECT count(*) FROM concept_damage_tests").fetchall() == [(0,)]
+    columns = {r[0] for r in con.execute("DESCRIBE concept_damage").fetchall()}
+    assert {"p_open", "q_open", "significant_open", "drop_mc_ci_low", "excess_mc"} <= columns
+    from benchmark_illusion.figures import CONCEPT_FIGURES, make_figures
+
+    db = tmp_path / "illusion.duckdb"
+    con.execute(f"ATTACH '{db}' AS out")
+    con.execute("COPY FROM DATABASE memory TO out")
+    con.execute("DETACH out")
+    assert len(make_figures(db, tmp_path / "fig", CONCEPT_FIGURES)) == len(CONCEPT_FIGURES)
+
+
 def test_stability_is_seeded_and_exact_without_subsampling(tmp_path, con):
     full = stability(con, CONCEPT_SQL, GapSettings(min_support=2, stability_fraction=1.0, stability_repeats=2))
     assert full.height > 0 and full["max_abs_change"].max() == pytest.approx(0.0, abs=1e-12)
@@ -187,6 +212,7 @@ def test_gaps_database_keeps_the_metric_tables(tmp_path):
     con.execute(f"ATTACH '{stage}' AS stage")
     con.execute("CREATE TABLE stage.mc_only AS SELECT * FROM mc_only")
     con.execute("CREATE TABLE stage.item_outcomes AS SELECT * FROM item_outcomes")
+    con.execute("CREATE TABLE stage.bootstrap_weights AS SELECT * FROM bootstrap_weights")
     con.execute("CREATE VIEW stage.pool AS SELECT * FROM read_parquet('" + str(tmp_path / "p.parquet") + "')")
     con.execute("DETACH stage")
     a, t, lab = concept_files(tmp_path)
