@@ -386,6 +386,7 @@ def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
         shutil.copytree(work / sub, bf / sub)
     c = yaml.safe_load(cfg.read_text())
     c["datasets"]["sample"]["languages"] = ["en"]
+    c["calibration"]["languages"] = ["en"]
     c["items"] = {"pool_max": 12, "max_per_language": 8}
     c["evaluation"].update(dtype="bfloat16", formats=["open", "mc"])
     c["evaluation"]["recovery"] = {"beam": False, "sample": False, "oneshot": False}

@@ -31,14 +31,15 @@ WITH acc AS (
     FROM accuracy GROUP BY ALL
 ),
 oracle AS (
-    SELECT model, method, structure, sparsity, dataset, lang, rate AS recovered
+    SELECT model, method, structure, sparsity, dataset, lang, rate AS recovered, false_recovery_rate
     FROM recovery WHERE decode = 'oracle'
 )
 SELECT m.model, m.method, m.structure, m.sparsity, {lang_cols}m.n_items,
        round(a.open, 3) AS open, round(a.candidates, 3) AS candidates, round(a.mc, 3) AS mc,
        round(d.delta_pr, 3) AS delta_pr,
        printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
-       round(o.recovered, 2) AS recovered,
+       round(m.noise_floor, 2) AS floor, round(m.mc_only_guess_adj, 2) AS guess_adj,
+       round(o.recovered, 2) AS recovered, round(o.false_recovery_rate, 2) AS false_rec,
        m.n_demoted AS demoted, m.n_erased AS erased
 FROM mc_only m
 JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
