@@ -581,7 +581,8 @@ def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
     html = (work / "results/report.html").read_text()
     for caption in ("Accuracy vs sparsity by format", "MC-only rate by language and sparsity",
                     "Gold first-token rank of MC-only items", "Recovery of MC-only items by decode",
-                    "Benchmark coverage of SAE concepts", "Top and bottom concepts", "Concepts most damaged by pruning"):
+                    "Greedy vs oracle accuracy over every selected item", "Benchmark coverage of SAE concepts",
+                    "Top and bottom concepts", "Concepts significantly damaged by pruning"):
         assert caption in html, caption
 
 
