@@ -184,8 +184,9 @@ def test_mc_only_by_hand(db):
         == (pytest.approx(2 / 3), pytest.approx(1 / 3))
     # guessing-adjusted: mc_only [1,1,0,0] - (1 - open [0,0,0,1]) / 4 = [.75,.75,-.25,0] -> 0.3125
     # = 0.5 - (1 - 0.25) / 4; the noise floor is the dense model's own MC-only rate (0 here)
-    assert db.execute("SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy FROM mc_only "
-                      "WHERE method = 'w' AND lang = 'en'").fetchone() == (pytest.approx(0.3125), 0.0, 0)
+    assert db.execute("SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy, mc_chance_adj FROM mc_only "
+                      "WHERE method = 'w' AND lang = 'en'").fetchone() \
+        == (pytest.approx(0.3125), 0.0, 0, pytest.approx(2 / 3))  # mc [1,1,0,1]: (0.75 - 0.25) / 0.75
 
 
 def test_chance_adjusted_accuracy_by_hand(db):

@@ -10,6 +10,7 @@
 --                      selection run, so anything above 0 is evaluation noise)
 --   mc_only_guess_adj  MC-only rate minus (1 - open accuracy) / K: the part a model that guesses
 --                      among the K options when it cannot produce the answer would not reach
+--   mc_chance_adj      mc accuracy rescaled so that guessing among K options is 0 and all right is 1
 --   n_demoted_decoy    demoted items whose recovery decodes also "recovered" the decoy (a fixed
 --                      distractor judged as the gold): demoted by a decode that hits options anyway
 CREATE OR REPLACE TABLE mc_only AS
@@ -34,6 +35,7 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        m.value AS mc_only_rate, m.ci_low AS mc_only_ci_low, m.ci_high AS mc_only_ci_high,
        f.value AS noise_floor, f.ci_low AS noise_floor_ci_low, f.ci_high AS noise_floor_ci_high,
        g.value AS mc_only_guess_adj, g.ci_low AS guess_adj_ci_low, g.ci_high AS guess_adj_ci_high,
+       ca.value AS mc_chance_adj, ca.ci_low AS mc_chance_adj_ci_low, ca.ci_high AS mc_chance_adj_ci_high,
        c.n_mc_wrong, c.n_open_wrong, c.n_mc_only_recovered,
        c.n_demoted, c.n_erased, c.n_unknown, c.n_demoted_decoy,
        dm.value AS demoted_rate, dm.ci_low AS demoted_ci_low, dm.ci_high AS demoted_ci_high,
@@ -48,6 +50,9 @@ LEFT JOIN rates f
 LEFT JOIN rates g
   ON g.metric = 'mc_only_guess_adj' AND g.population = 'selected'
  AND (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rates ca
+  ON ca.metric = 'acc_mc_chance_adj' AND ca.population = 'selected'
+ AND (ca.model, ca.method, ca.structure, ca.sparsity, ca.dataset, ca.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rates dm
   ON dm.metric = 'demoted' AND dm.population = 'selected'
  AND (dm.model, dm.method, dm.structure, dm.sparsity, dm.dataset, dm.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
