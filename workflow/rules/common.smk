@@ -115,7 +115,8 @@ def get_checkpoint(wildcards):
 
 def dense_generation_files():
     """Dense evaluation logs on the selected items, one per model x dataset x lang (the dense
-    model through the same `evaluate` rule as every pruned checkpoint: its noise floor)."""
+    model through the same `evaluate` rule as every pruned checkpoint: its noise floor).
+    """
     return [
         f"results/generations/{m}/dense/none/0/{d}/{l}.parquet"
         for m in MODELS
@@ -377,4 +378,8 @@ def concept_sql_files():
 def get_gap_settings():
     """Quantiles, minimum support, stability subsamples and damage tests of the gap tables; the
     damage tests' intervals use the metric tables' level (metrics.ci_level)."""
-    return {"seed": config["seed"], "ci_level": config["metrics"]["ci_level"], **config["concepts"]["gaps"]}
+    return {
+        "seed": config["seed"],
+        "ci_level": config["metrics"]["ci_level"],
+        **config["concepts"]["gaps"],
+    }

@@ -43,15 +43,15 @@ rule evaluate:
         exemplars="results/items/{dataset}/{lang}.parquet",
     output:
         "results/generations/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.parquet",
+    log:
+        "logs/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.log",
+    benchmark:
+        "logs/benchmarks/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.tsv"
     wildcard_constraints:
         # the dense model too (dense/none/0): the same rule, batch size, dtype and device as a
         # pruned checkpoint, so that its MC-only rate and drops are the noise floor
         method="dense|magnitude|wanda|sparsegpt",
         structure="none|unstructured|[0-9]+of[0-9]+",
-    log:
-        "logs/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.log",
-    benchmark:
-        "logs/benchmarks/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.tsv"
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("evaluate", "mem_mb"),
