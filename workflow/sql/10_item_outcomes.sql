@@ -27,8 +27,14 @@
 --   selection run (the pool), so the dense row's drops and MC-only rate are the noise floor:
 --   the same weights evaluated twice, batched differently.
 CREATE OR REPLACE TABLE item_outcomes AS
-WITH greedy AS (
-    SELECT model, method, structure, sparsity, dataset, lang, item_id,
+-- one aggregation for the checkpoints' logs and for the selection run (the dense model's pool)
+WITH logs AS (
+    SELECT false AS selection_run, * FROM generations
+    UNION ALL BY NAME
+    SELECT true AS selection_run, * FROM pool WHERE method = 'dense'
+),
+per_item AS (
+    SELECT selection_run, model, method, structure, sparsity, dataset, lang, item_id,
            bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy') AS open_correct,
            bool_or(correct) FILTER (WHERE format = 'candidates')                 AS candidates_correct,
            bool_or(correct) FILTER (WHERE format = 'mc')                         AS mc_correct,
@@ -49,8 +55,15 @@ WITH greedy AS (
            bool_or(decoy_correct) FILTER (WHERE decode = 'beam')                 AS beam_any_decoy,
            bool_or(decoy_correct) FILTER (WHERE decode = 'sample')               AS sample_pass_decoy,
            bool_or(decoy_correct) FILTER (WHERE format = 'oneshot')              AS oneshot_decoy
-    FROM generations
+    FROM logs
     GROUP BY ALL
+),
+greedy AS (
+    SELECT * EXCLUDE (selection_run) FROM per_item WHERE NOT selection_run
+),
+-- the selection run: the dense model on its pool, where the selected items were found right
+selection_run AS (
+    SELECT * EXCLUDE (selection_run) FROM per_item WHERE selection_run
 ),
 votes AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id, answer_norm,
@@ -82,21 +95,6 @@ joined AS (
 outcomes AS (
     SELECT *, CASE WHEN open_correct THEN true ELSE recovered END AS oracle_correct
     FROM joined
-),
--- the selection run: the dense model on its pool, where the selected items were found right
-selection_run AS (
-    SELECT model, dataset, lang, item_id,
-           bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy') AS open_correct,
-           bool_or(correct) FILTER (WHERE format = 'candidates')                 AS candidates_correct,
-           bool_or(correct) FILTER (WHERE format = 'mc')                         AS mc_correct,
-           bool_or(correct_norm) FILTER (WHERE format = 'mc')                    AS mc_norm_correct,
-           any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
-                                        AND NOT coalesce(gold_token_partial, false))  AS gold_rank,
-           any_value(gold_logprob_answer) FILTER (WHERE format = 'open' AND decode = 'greedy') AS gold_logprob_answer,
-           any_value(output) FILTER (WHERE format = 'open' AND decode = 'greedy')    AS open_output
-    FROM pool
-    WHERE method = 'dense'
-    GROUP BY ALL
 )
 SELECT p.*,
        p.mc_correct AND NOT p.open_correct AS mc_only,
