@@ -32,7 +32,7 @@ def run(tiny, tok, rec: RecoverySettings, max_new=4, seed=0, formats=("open", "m
 
 
 def test_beam_rows_and_top_beam_equal_unbatched_beam_search(tiny, bundled_tokenizer):
-    df = run(tiny, bundled_tokenizer, RecoverySettings(beam=True, scope="all"))
+    df = run(tiny, bundled_tokenizer, RecoverySettings.only("beam", scope="all"))
     assert dict(df.schema) == LOG_SCHEMA
     beams = df.filter(pl.col("decode") == "beam")
     assert beams.height == 5 * len(ITEMS) and sorted(set(beams["sample"])) == [0, 1, 2, 3, 4]
@@ -52,7 +52,7 @@ def test_beam_rows_and_top_beam_equal_unbatched_beam_search(tiny, bundled_tokeni
 
 
 def test_sampling_is_seeded_and_nucleus_only(tiny, bundled_tokenizer):
-    rec = RecoverySettings(sample=True, top_p=0.999, scope="all")
+    rec = RecoverySettings.only("sample", top_p=0.999, scope="all")
     a = run(tiny, bundled_tokenizer, rec, max_new=1).filter(pl.col("decode") == "sample")
     b = run(tiny, bundled_tokenizer, rec, max_new=1).filter(pl.col("decode") == "sample")
     c = run(tiny, bundled_tokenizer, rec, max_new=1, seed=1).filter(pl.col("decode") == "sample")
@@ -72,12 +72,12 @@ def test_sampling_is_seeded_and_nucleus_only(tiny, bundled_tokenizer):
 
 
 def test_oneshot_uses_the_exemplar_and_fails_without_it(tiny, bundled_tokenizer):
-    df = run(tiny, bundled_tokenizer, RecoverySettings(oneshot=True, scope="all"))
+    df = run(tiny, bundled_tokenizer, RecoverySettings.only("oneshot", scope="all"))
     one = df.filter(pl.col("format") == "oneshot")
     assert one.height == len(ITEMS) and set(one["decode"]) == {"greedy"}
     want = prompt_id(build_prompt(bundled_tokenizer, PromptSettings(), ITEMS_EX[0], "oneshot", exemplar=EXEMPLAR))
     assert one.filter(pl.col("item_id") == ITEMS_EX[0]["item_id"])["prompt_id"][0] == want
-    settings = EvalSettings(formats=("open", "mc"), max_new_tokens=2, recovery=RecoverySettings(oneshot=True, scope="all"))
+    settings = EvalSettings(formats=("open", "mc"), max_new_tokens=2, recovery=RecoverySettings.only("oneshot", scope="all"))
     with pytest.raises(ValueError, match="exemplar 'ex-1' is not in the item table"):
         evaluate_items(tiny, bundled_tokenizer, pl.DataFrame(ITEMS_EX), settings, RunMeta("tiny"), progress=False)
 
@@ -85,7 +85,7 @@ def test_oneshot_uses_the_exemplar_and_fails_without_it(tiny, bundled_tokenizer)
 @pytest.mark.parametrize("scope", ["open_wrong", "mc_only"])
 def test_scope_restricts_recovery_to_the_items_it_names(bundled_tokenizer, scope):
     tiny6 = make_tiny_model(len(bundled_tokenizer), seed=6)  # a seed whose model gets one mc item right
-    df = run(tiny6, bundled_tokenizer, RecoverySettings(beam=True, oneshot=True, scope=scope))
+    df = run(tiny6, bundled_tokenizer, RecoverySettings.only("beam", "oneshot", scope=scope))
     wrong = set(df.filter((pl.col("format") == "open") & (pl.col("decode") == "greedy") & ~pl.col("correct"))["item_id"])
     mc_right = set(df.filter((pl.col("format") == "mc") & pl.col("correct"))["item_id"])
     want = wrong if scope == "open_wrong" else wrong & mc_right
@@ -117,8 +117,7 @@ def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_token
     toks = Tokens(bundled_tokenizer, PromptSettings())
     need = {i["item_id"]: gold_tokens(toks, i["answers"]) for i in LONG_GOLDS + ITEMS_EX}
     assert need["bn-1"] > 24 and need["te-1"] > 24 and need["th-1"] > 16  # the problem, on the real tokenizer
-    rec = RecoverySettings(beam=True, num_beams=2, sample=True, num_samples=2, oneshot=True, max_new_tokens=3,
-                           scope="all")
+    rec = RecoverySettings.only("beam", "sample", "oneshot", num_beams=2, num_samples=2, max_new_tokens=3, scope="all")
     settings = EvalSettings(formats=("open", "candidates", "mc"), batch_size=4, max_new_tokens=8, budget_margin=4,
                             recovery=rec)
     df = evaluate_items(tiny, bundled_tokenizer, pl.DataFrame(LONG_GOLDS + ITEMS_EX), settings, RunMeta("tiny"),
@@ -160,7 +159,7 @@ def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_t
     row = _judge_row("1887 or Port Alder", item, EvalSettings())
     assert not row["decoy_correct"] and not row["correct"]
     assert "decoy_correct" not in _judge_row("B", item, EvalSettings(), "candidates")
-    df = run(tiny, bundled_tokenizer, RecoverySettings(beam=True, oneshot=True, scope="all"))
+    df = run(tiny, bundled_tokenizer, RecoverySettings.only("beam", "oneshot", scope="all"))
     gen = df.filter(pl.col("format").is_in(["open", "oneshot"]))
     assert gen["decoy_correct"].null_count() == 0
     want = {i["item_id"]: (i["gold_option"] + 1) % 4 for i in ITEMS_EX}

@@ -41,6 +41,26 @@ def _with_defaults(cls):
     return validators.extend(cls, {"properties": set_defaults})
 
 
+def schema_defaults(section: str = "", schema_path: Path = SCHEMA_PATH) -> dict:
+    """The schema's default of every key under `section` (dotted, e.g. 'evaluation.recovery'),
+    nested sections as dicts: the one home of every default (dataclasses must agree with it,
+    tests/test_config.py checks)."""
+    node = yaml.safe_load(Path(schema_path).read_text())
+    for part in filter(None, section.split(".")):
+        node = node["properties"][part]
+
+    def defaults(n: dict) -> dict:
+        out = {}
+        for key, sub in n.get("properties", {}).items():
+            if "properties" in sub:
+                out[key] = defaults(sub)
+            elif "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+        return out
+
+    return defaults(node)
+
+
 def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
     """Every schema violation of `config`, as 'key.path: problem' lines (defaults filled in)."""
     schema = yaml.safe_load(Path(schema_path).read_text())

@@ -35,8 +35,8 @@ class EvalSettings:
     budget_margin: int = 4
     max_length_factor: float = 3.0
     max_length_slack: int = 3
-    seed: int = 0
-    recovery: RecoverySettings = field(default_factory=RecoverySettings)
+    seed: int = 1234
+    recovery: RecoverySettings = field(default_factory=RecoverySettings.only)  # off unless asked
 
 
 @dataclass(frozen=True)

@@ -76,14 +76,15 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
 # ---------------------------------------------------------------- evaluation
 
 
-def eval_settings(config: dict, recovery: bool = True):
-    """EvalSettings from a validated config (recovery decodes off when `recovery` is False)."""
+def eval_settings(params: dict, recovery: bool = True):
+    """EvalSettings from the evaluate rule's params (params.evaluation); recovery decodes off
+    when `recovery` is False (the pool's params carry no recovery settings)."""
     from .evaluate import EvalSettings
     from .prompts import PromptSettings
     from .recovery import RecoverySettings
 
-    p, e, j = config["prompt"], config["evaluation"], config["judge"]
-    rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings()
+    p, e, j = params["prompt"], params["evaluation"], params["judge"]
+    rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings.only()
     return EvalSettings(
         recovery=rec,
         prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"], p["candidates_style"],
@@ -94,26 +95,30 @@ def eval_settings(config: dict, recovery: bool = True):
         budget_margin=e["budget_margin"],
         max_length_factor=j["max_length_factor"],
         max_length_slack=j["max_length_slack"],
-        seed=config["seed"],
+        seed=params["seed"],
     )
 
 
-def eval_config_hash(config: dict) -> str:
-    """Hash of the config values behind the greedy and mc rows (not where they run).
+def eval_config_hash(params: dict) -> str:
+    """Hash of the params behind the greedy and mc rows (params.evaluation, or the pool's).
 
     Recovery settings are left out: they only change the recovery rows, whose `decode` and
-    `sample` columns say how they were made, and the dense pool is not re-run for them.
+    `sample` columns say how they were made, and the dense pool is not re-run for them. The
+    pool and the selected items' evaluation therefore carry the same hash.
     """
-    e = {k: v for k, v in config["evaluation"].items() if k not in ("device", "recovery")}
-    return stable_hash({"prompt": config["prompt"], "evaluation": e, "judge": config["judge"], "seed": config["seed"]})
+    e = {k: v for k, v in params["evaluation"].items() if k != "recovery"}
+    return stable_hash({"prompt": params["prompt"], "evaluation": e, "judge": params["judge"], "seed": params["seed"]})
 
 
-def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, config: dict, *,
+def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, params: dict, *,
                   model: str, method: str = "dense", structure: str = "none", sparsity: float = 0.0,
-                  dataset: str, lang: str, limit: int | None = None, threads: int | None = None,
+                  dataset: str, lang: str, device: str = "auto", trust_remote_code: bool = False,
+                  limit: int | None = None, threads: int | None = None,
                   exemplar_items: str | Path | None = None) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
+    params: the rule's params (params.evaluation or params.pool_evaluation).
+    device, trust_remote_code: where and how the checkpoint is loaded (never change a row).
     limit: evaluate only the first `limit` items in seeded order (the selection pool). The pool
       gets no recovery decode: the dense model is evaluated again on the selected items by the
       `evaluate` rule, like every pruned checkpoint, and decoded there.
@@ -127,10 +132,10 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
         structure = str(parse_structure(structure))  # logs say '2:4' where paths say '2of4'
     items = pl.read_parquet(items_path)
     if limit is not None and items.height > limit:
-        keep = set(seeded_order(items["item_id"].to_list(), config["seed"])[:limit])
+        keep = set(seeded_order(items["item_id"].to_list(), params["seed"])[:limit])
         items = items.filter(pl.col("item_id").is_in(list(keep)))
     is_pool = limit is not None
-    settings = eval_settings(config, recovery=not is_pool)
+    settings = eval_settings(params, recovery=not is_pool)
     if items.height == 0:  # e.g. a language where the dense model got no item right
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)
@@ -142,13 +147,12 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
 
     if threads:
         torch.set_num_threads(threads)
-    device = resolve_device(config["evaluation"]["device"])
-    trust = config["models"].get(model, {}).get("trust_remote_code", False)
+    device = resolve_device(device)
     t0 = time.perf_counter()
-    net, tok = load_checkpoint(checkpoint, config["evaluation"]["dtype"], device, trust)
+    net, tok = load_checkpoint(checkpoint, params["evaluation"]["dtype"], device, trust_remote_code)
     log.info("loaded %s on %s in %.1fs", checkpoint, device, time.perf_counter() - t0)
     meta = RunMeta(model=model, method=method, structure=structure, sparsity=sparsity, dataset=dataset,
-                   lang=lang, model_hash=checkpoint_hash(checkpoint), config_hash=eval_config_hash(config))
+                   lang=lang, model_hash=checkpoint_hash(checkpoint), config_hash=eval_config_hash(params))
     t0 = time.perf_counter()
     exemplars = None
     if settings.recovery.oneshot:
@@ -202,16 +206,19 @@ def select_items_file(pool: str | Path, items_path: str | Path, out: str | Path,
 # ---------------------------------------------------------------- pruning
 
 
-def calibration_file(config: dict, tokenizer_dir: str | Path, out: str | Path, *, item_files=(),
+def calibration_file(settings: dict, seed: int, tokenizer_dir: str | Path, out: str | Path, *, item_files=(),
                      selected_files=()) -> dict:
-    """Cut the configured calibration windows and store them (safetensors, with metadata)."""
+    """Cut the configured calibration windows and store them (safetensors, with metadata).
+
+    settings: the rule's params (params.calibration: config `calibration` less its languages).
+    """
     from safetensors.torch import save_file
     from transformers import AutoTokenizer
 
     from . import calibration as cal
     from .io import atomic_path
 
-    c = config["calibration"]
+    c = settings
     if c["source"] == "heldout_items":
         docs = cal.heldout_passages(list(item_files), list(selected_files))
     elif c["source"] == "text_files":
@@ -220,49 +227,56 @@ def calibration_file(config: dict, tokenizer_dir: str | Path, out: str | Path, *
         # Enough documents for the windows with a wide margin (C4 documents average ~400 tokens).
         docs = cal.c4_documents(c, max_docs=max(256, c["n_windows"] * c["seq_len"] // 100))
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    windows = cal.make_windows(docs, tok, c["n_windows"], c["seq_len"], config["seed"])
+    windows = cal.make_windows(docs, tok, c["n_windows"], c["seq_len"], seed)
     meta = {"source": c["source"], "documents": str(len(docs)), "n_windows": str(c["n_windows"]),
-            "seq_len": str(c["seq_len"]), "seed": str(config["seed"])}
+            "seq_len": str(c["seq_len"]), "seed": str(seed)}
     with atomic_path(out, ".safetensors") as tmp:
         save_file({"input_ids": windows}, str(tmp), metadata=meta)
     log.info("calibration %s: %d windows x %d tokens from %d documents (%s)", out, *windows.shape, len(docs), c["source"])
     return meta
 
 
-def prune_settings(config: dict, method: str, structure: str, sparsity: float):
-    """PruneSettings for one grid point; raises ValueError for an inconsistent combination."""
+def prune_settings(params: dict, method: str, structure: str, sparsity: float):
+    """PruneSettings for one grid point from the prune rule's params (params.prune: the batch
+    size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
+    raises ValueError for an inconsistent combination."""
     from .pruning.layerwise import PruneSettings
     from .pruning.masks import parse_structure
 
-    p = config["pruning"]
-    return PruneSettings(method=method, sparsity=sparsity, structure=parse_structure(structure),
-                         batch_size=p["batch_size"], blocksize=p["sparsegpt"]["blocksize"],
-                         percdamp=p["sparsegpt"]["percdamp"])
+    kwargs = {}
+    if method != "magnitude":
+        kwargs["batch_size"] = params["batch_size"]
+    if method == "sparsegpt":
+        kwargs.update(blocksize=params["sparsegpt"]["blocksize"], percdamp=params["sparsegpt"]["percdamp"])
+    return PruneSettings(method=method, sparsity=sparsity, structure=parse_structure(structure), **kwargs)
 
 
-def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str | Path, config: dict, *,
-               model: str, method: str, structure: str, sparsity: float, threads: int | None = None) -> dict:
-    """Prune the dense checkpoint and write checkpoint + sparsity.json (atomically, after checks)."""
+def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str | Path, params: dict, *,
+               model: str, method: str, structure: str, sparsity: float, device: str = "auto",
+               trust_remote_code: bool = False, threads: int | None = None) -> dict:
+    """Prune the dense checkpoint and write checkpoint + sparsity.json (atomically, after checks).
+
+    params: the rule's params (params.prune). device, trust_remote_code: where and how the
+    dense model is loaded.
+    """
     from safetensors.torch import load_file
 
     from .io import atomic_path, sha256_file
     from .models import checkpoint_hash, load_checkpoint, resolve_device
     from .pruning.layerwise import check_report, prune_model
 
-    settings = prune_settings(config, method, structure, sparsity)  # fails before any work
+    settings = prune_settings(params, method, structure, sparsity)  # fails before any work
     if threads:
         import torch
 
         torch.set_num_threads(threads)
-    torch_device = resolve_device(config["evaluation"]["device"])
-    mcfg = config["models"][model]
-    net, tok = load_checkpoint(model_dir, mcfg.get("dtype", "float32"), torch_device, mcfg.get("trust_remote_code", False))
+    net, tok = load_checkpoint(model_dir, params["dtype"], resolve_device(device), trust_remote_code)
     windows = load_file(str(calibration))["input_ids"] if calibration else None
     report = prune_model(net, windows, settings)
     report["model"] = model
     report["dense_model_hash"] = checkpoint_hash(model_dir)
-    report["tolerance"] = config["pruning"]["tolerance"]
-    check_report(report, config["pruning"]["tolerance"])
+    report["tolerance"] = params["tolerance"]
+    check_report(report, params["tolerance"])
     with atomic_path(out) as tmp:
         net.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)

@@ -32,17 +32,26 @@ from .prompts import prompt_id
 
 @dataclass(frozen=True)
 class RecoverySettings:
-    """Which recovery decodes run, and how."""
+    """Which recovery decodes run, and how (config `evaluation.recovery`; the defaults are the
+    schema's: every decode on)."""
 
-    beam: bool = False
+    beam: bool = True
     num_beams: int = 5
-    sample: bool = False
+    sample: bool = True
     num_samples: int = 10
     top_p: float = 0.9
     temperature: float = 1.0
-    oneshot: bool = False
+    oneshot: bool = True
     max_new_tokens: int = 16
     scope: str = "mc_only"
+
+    @classmethod
+    def only(cls, *decodes: str, **kwargs) -> "RecoverySettings":
+        """Just these decodes ('beam', 'sample', 'oneshot'; none: recovery off)."""
+        unknown = set(decodes) - {"beam", "sample", "oneshot"}
+        if unknown:
+            raise ValueError(f"unknown recovery decodes {sorted(unknown)}")
+        return cls(**{d: d in decodes for d in ("beam", "sample", "oneshot")}, **kwargs)
 
     @property
     def any(self) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from benchmark_illusion import params as rule_params
 from benchmark_illusion.config import ConfigError, check_config, schema_errors
 
 try:
@@ -49,15 +50,8 @@ def dataset_langs():
 
 
 def get_dataset_config(wildcards):
-    """The config of dataset {dataset}, without its language list.
-
-    Adding a language must not re-run the languages already downloaded.
-    """
-    return {
-        k: v
-        for k, v in config["datasets"][wildcards.dataset].items()
-        if k != "languages"
-    }
+    """The config of dataset {dataset}, without its language list (rule_params.dataset)."""
+    return rule_params.dataset(config, wildcards.dataset)
 
 
 def get_raw_input(wildcards):
@@ -74,36 +68,18 @@ def get_extractive(wildcards):
 
 
 def get_model_config(wildcards):
-    """The config of model {model}, without params_b (it only sizes cluster jobs) and sae (it
-    only concerns the concept rules)."""
-    return {
-        k: v
-        for k, v in config["models"][wildcards.model].items()
-        if k not in ("params_b", "sae")
-    }
+    """The config of model {model} that decides its import (rule_params.model)."""
+    return rule_params.model(config, wildcards.model)
 
 
 def get_pool_eval_config(wildcards):
-    """Like get_eval_config, without the recovery settings: the pool is never decoded.
-
-    The dense model is evaluated (and decoded) again on the selected items by `evaluate`, so a
-    decoding parameter must not re-run the dense pool and the selection.
-    """
-    params = get_eval_config(wildcards)
-    params["evaluation"] = {
-        k: v for k, v in params["evaluation"].items() if k != "recovery"
-    }
-    return params
+    """What decides the dense pool's rows: no recovery settings (rule_params.pool_evaluation)."""
+    return rule_params.pool_evaluation(config)
 
 
 def get_eval_config(wildcards):
-    """The config sections that decide evaluation rows (changes re-run evaluations)."""
-    params = {k: config[k] for k in ("seed", "prompt", "judge")}
-    # Where it runs does not change the rows: a new device must not re-run evaluations.
-    params["evaluation"] = {
-        k: v for k, v in config["evaluation"].items() if k != "device"
-    }
-    return params
+    """What decides evaluation rows (rule_params.evaluation)."""
+    return rule_params.evaluation(config)
 
 
 def get_checkpoint(wildcards):
@@ -171,8 +147,8 @@ def calibration_langs():
 
 
 def get_calibration_params():
-    """calibration settings that change the windows; `languages` acts through the input files."""
-    return {k: v for k, v in config["calibration"].items() if k != "languages"}
+    """What changes the calibration windows (rule_params.calibration)."""
+    return rule_params.calibration(config)
 
 
 def get_calibration_sources(wildcards):
@@ -195,15 +171,8 @@ def get_calibration_sources(wildcards):
 
 
 def get_prune_params(wildcards):
-    """Pruning settings that change a checkpoint (sparsegpt's only for sparsegpt)."""
-    p = config["pruning"]
-    params = {"dtype": config["models"][wildcards.model].get("dtype")}
-    if wildcards.method != "magnitude":
-        # Calibration changes reach wanda/sparsegpt through their calibration input file.
-        params["batch_size"] = p["batch_size"]
-    if wildcards.method == "sparsegpt":
-        params["sparsegpt"] = p["sparsegpt"]
-    return params
+    """What changes one checkpoint (rule_params.prune)."""
+    return rule_params.prune(config, wildcards.model, wildcards.method)
 
 
 def selected_files():
@@ -275,13 +244,8 @@ def aggregate_sized(key):
 
 
 def get_metric_settings():
-    """Bootstrap settings of the metric tables (a change re-runs only the aggregation)."""
-    m = config.get("metrics", {})
-    return {
-        "seed": config["seed"],
-        "bootstrap_replicates": m["bootstrap_replicates"],
-        "ci_level": m["ci_level"],
-    }
+    """Bootstrap settings of the metric tables (rule_params.metrics)."""
+    return rule_params.metrics(config)
 
 
 CONCEPTS = config["concepts"]["enabled"]
@@ -326,35 +290,18 @@ def get_sae_input(wildcards):
 
 
 def get_sae_params(wildcards):
-    """What decides the SAE: the settings, the prompt (item prompts are corpus text), the seed,
-    and the pretrained SAE if the model names one."""
-    c = config["concepts"]
-    return {
-        "seed": config["seed"],
-        "prompt": config["prompt"],
-        # sae.languages acts through the input files (pinned, a new language keeps the SAE)
-        "concepts": {
-            "layer": c["layer"],
-            "sae": {k: v for k, v in c["sae"].items() if k != "languages"},
-            "batch_size": c["batch_size"],
-        },
-        "pretrained": config["models"][wildcards.model].get("sae"),
-    }
+    """What decides the SAE of {model} (rule_params.sae)."""
+    return rule_params.sae(config, wildcards.model)
 
 
 def get_label_params():
-    """What decides the labels (the SAE and its corpus act through the input folder)."""
-    c = config["concepts"]
-    return {"concepts": {"batch_size": c["batch_size"], "labels": c["labels"]}}
+    """What decides the labels (rule_params.labels)."""
+    return rule_params.labels(config)
 
 
 def get_activation_params():
-    """What decides the per-item activations: the prompt and which of its tokens count."""
-    c = config["concepts"]
-    return {
-        "prompt": config["prompt"],
-        "concepts": {"tokens": c["tokens"], "batch_size": c["batch_size"]},
-    }
+    """What decides the per-item activations (rule_params.activations)."""
+    return rule_params.activations(config)
 
 
 def concept_activation_files(suffix=""):
@@ -376,10 +323,5 @@ def concept_sql_files():
 
 
 def get_gap_settings():
-    """Quantiles, minimum support, stability subsamples and damage tests of the gap tables; the
-    damage tests' intervals use the metric tables' level (metrics.ci_level)."""
-    return {
-        "seed": config["seed"],
-        "ci_level": config["metrics"]["ci_level"],
-        **config["concepts"]["gaps"],
-    }
+    """Settings of the gap tables (rule_params.gaps)."""
+    return rule_params.gaps(config)

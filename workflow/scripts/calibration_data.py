@@ -2,7 +2,8 @@ from benchmark_illusion import logs, pipeline
 
 logs.to_file(snakemake.log[0])
 pipeline.calibration_file(
-    snakemake.config,
+    snakemake.params.calibration,
+    snakemake.params.seed,
     snakemake.input.model,
     snakemake.output[0],
     item_files=snakemake.input.get("item_tables", []),

@@ -6,13 +6,15 @@ pipeline.evaluate_file(
     snakemake.input.model,
     snakemake.input.item_table,
     snakemake.output[0],
-    snakemake.config,  # params.eval only makes config changes re-run this rule
+    snakemake.params.eval,  # exactly what re-runs this rule when it changes
     model=w.model,
     method=w.get("method", "dense"),
     structure=w.get("structure", "none"),
     sparsity=float(w.get("sparsity", 0)),
     dataset=w.dataset,
     lang=w.lang,
+    device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a row
+    trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
     limit=snakemake.params.get("pool_max"),
     threads=snakemake.threads,
     exemplar_items=snakemake.input.get("exemplars"),

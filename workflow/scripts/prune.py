@@ -6,10 +6,12 @@ pipeline.prune_file(
     snakemake.input.model,
     snakemake.input.calibration or None,
     snakemake.output[0],
-    snakemake.config,  # params.prune only makes relevant config changes re-run this rule
+    snakemake.params.prune,  # exactly what re-runs this rule when it changes
     model=w.model,
     method=w.method,
     structure=w.structure,
     sparsity=float(w.sparsity),
+    device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a weight
+    trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
     threads=snakemake.threads,
 )

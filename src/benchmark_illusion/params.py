@@ -1,0 +1,103 @@
+"""What each rule passes its script: the config values that decide the rule's outputs.
+
+A rule's `params` are Snakemake's re-run triggers, and its script passes the package exactly
+these params (plus where to run: device, threads, trust_remote_code, which never change a
+row). A package step therefore cannot read a config key that would not re-run it when
+changed; tests/test_params.py runs every step on params that raise on any other key.
+
+Every function takes a schema-validated config (defaults filled in) and returns plain data.
+"""
+
+from __future__ import annotations
+
+
+def _without(section: dict, *keys: str) -> dict:
+    return {k: v for k, v in section.items() if k not in keys}
+
+
+def dataset(config: dict, name: str) -> dict:
+    """Dataset `name`, without its language list: adding a language must not re-run the others."""
+    return _without(config["datasets"][name], "languages")
+
+
+def model(config: dict, name: str) -> dict:
+    """Model `name`, without params_b (it only sizes cluster jobs) and sae (concept rules only)."""
+    return _without(config["models"][name], "params_b", "sae")
+
+
+def evaluation(config: dict) -> dict:
+    """What decides evaluation rows: seed, prompt, judge, evaluation (not where it runs)."""
+    return {
+        "seed": config["seed"],
+        "prompt": config["prompt"],
+        "judge": config["judge"],
+        "evaluation": _without(config["evaluation"], "device"),
+    }
+
+
+def pool_evaluation(config: dict) -> dict:
+    """Like `evaluation`, without the recovery settings: the selection pool is never decoded.
+
+    The dense model is evaluated (and decoded) again on the selected items by `evaluate`, so a
+    decoding parameter must not re-run the dense pool and the selection.
+    """
+    params = evaluation(config)
+    params["evaluation"] = _without(params["evaluation"], "recovery")
+    return params
+
+
+def calibration(config: dict) -> dict:
+    """What changes the calibration windows besides the seed; `languages` acts through the
+    input files."""
+    return _without(config["calibration"], "languages")
+
+
+def prune(config: dict, model_name: str, method: str) -> dict:
+    """What changes one checkpoint of `method` (calibration acts through its input file).
+
+    The batch size only for methods that read calibration windows, sparsegpt's settings only
+    for sparsegpt: a change re-prunes only the checkpoints it affects.
+    """
+    p = config["pruning"]
+    params = {"dtype": config["models"][model_name]["dtype"], "tolerance": p["tolerance"]}
+    if method != "magnitude":
+        params["batch_size"] = p["batch_size"]
+    if method == "sparsegpt":
+        params["sparsegpt"] = p["sparsegpt"]
+    return params
+
+
+def metrics(config: dict) -> dict:
+    """Bootstrap settings of the metric tables (a change re-runs only the aggregation)."""
+    m = config["metrics"]
+    return {"seed": config["seed"], "bootstrap_replicates": m["bootstrap_replicates"], "ci_level": m["ci_level"]}
+
+
+def gaps(config: dict) -> dict:
+    """Quantiles, minimum support, stability subsamples and damage tests of the gap tables; the
+    damage tests' intervals use the metric tables' level (metrics.ci_level)."""
+    return {"seed": config["seed"], "ci_level": config["metrics"]["ci_level"], **config["concepts"]["gaps"]}
+
+
+def sae(config: dict, model_name: str) -> dict:
+    """What decides the SAE: its settings, the prompt (item prompts are corpus text), the seed,
+    and the pretrained SAE if the model names one. sae.languages acts through the input files."""
+    c = config["concepts"]
+    return {
+        "seed": config["seed"],
+        "prompt": config["prompt"],
+        "concepts": {"layer": c["layer"], "sae": _without(c["sae"], "languages"), "batch_size": c["batch_size"]},
+        "pretrained": config["models"][model_name].get("sae"),
+    }
+
+
+def labels(config: dict) -> dict:
+    """What decides the labels (the SAE and its corpus act through the input folder)."""
+    c = config["concepts"]
+    return {"concepts": {"batch_size": c["batch_size"], "labels": c["labels"]}}
+
+
+def activations(config: dict) -> dict:
+    """What decides the per-item activations: the prompt and which of its tokens count."""
+    c = config["concepts"]
+    return {"prompt": config["prompt"], "concepts": {"tokens": c["tokens"], "batch_size": c["batch_size"]}}
