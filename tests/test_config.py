@@ -186,12 +186,12 @@ def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = minimal()
     cfg["models"]["m"] = {"source": "gguf_package", "package": "fake-gguf-pkg-xyz"}
-    with pytest.raises(ConfigError, match=r"models\.m\.file: missing"):
+    with pytest.raises(ConfigError, match=r"models\.m\.file: package 'fake-gguf-pkg-xyz' holds no \.gguf file"):
         validate_config(cfg)
     (pkg / "a.gguf").write_bytes(b"")
     validate_config(cfg)
     (pkg / "b.gguf").write_bytes(b"")
-    with pytest.raises(ConfigError, match=r"models\.m\.file: missing"):
+    with pytest.raises(ConfigError, match=r"models\.m\.file: .* holds 2 \.gguf files \(a\.gguf, b\.gguf\); name one"):
         validate_config(cfg)
 
 

