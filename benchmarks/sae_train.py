@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from benchmark_illusion import concepts as C  # noqa: E402
-from benchmark_illusion import sae as S  # noqa: E402
+from benchmark_illusion import residual, sae_train  # noqa: E402
+from benchmark_illusion.engine import pad_id  # noqa: E402
 from benchmark_illusion.prompts import PromptSettings  # noqa: E402
 
 
@@ -65,15 +66,15 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = load_checkpoint(model_dir(Path(tmp)))
-        reader = S.ResidualReader(model, "blocks.15.hook_resid_post")
+        reader = residual.ResidualReader(model, "blocks.15.hook_resid_post")
         seqs = [C.item_prompt(tok, PromptSettings(), it, "prompt")[0] for it in sample_items()]
         g = torch.Generator().manual_seed(0)
         order = torch.randperm(len(seqs), generator=g).tolist()
         held_idx, train_idx = order[: len(seqs) // 10], order[len(seqs) // 10:]
-        threshold = S.median_norm_threshold(reader, seqs[:64], 10.0, batch_size=8, pad_id=tok.pad_token_id)
+        threshold = residual.median_norm_threshold(reader, seqs[:64], 10.0, batch_size=8, pad_id=pad_id(tok))
 
         def read(idx):
-            return S.read_activations(reader, [seqs[i] for i in idx], batch_size=8, pad_id=tok.pad_token_id,
+            return residual.read_activations(reader, [seqs[i] for i in idx], batch_size=8, pad_id=pad_id(tok),
                                       norm_threshold=threshold)
 
         t0 = time.perf_counter()
@@ -93,17 +94,17 @@ def main() -> None:
         print(f"\n{'setting':44s} {'s':>7s} {'ratio':>6s} {'pos/s':>8s} {'FVE':>6s} {'PCA-k':>6s} {'L0':>5s} "
               f"{'dead':>6s} {'RSS GB':>7s}")
         for name, kw, buffer in rows:
-            settings = S.TrainSettings(seed=0, **kw)
+            settings = sae_train.TrainSettings(seed=0, **kw)
             if buffer is None:
-                stream = S.ActivationStream(lambda idx: train_all, [0], [len(train_all.acts)], 10**9, 0)
+                stream = sae_train.ActivationStream(lambda idx: train_all, [0], [len(train_all.acts)], 10**9, 0)
             else:
-                stream = S.ActivationStream(read, train_idx, [len(seqs[i]) for i in train_idx], buffer, 0)
+                stream = sae_train.ActivationStream(read, train_idx, [len(seqs[i]) for i in train_idx], buffer, 0)
             t0 = time.perf_counter()
-            sae, hist = S.train_topk(stream, model.config.hidden_size, settings, progress=False)
+            sae, hist = sae_train.train_topk(stream, model.config.hidden_size, settings, progress=False)
             secs = time.perf_counter() - t0
             base = base or secs
-            fit = S.fit_stats(sae, held.acts)
-            pca = S.pca_fve(train_all.acts, held.acts, kw["k"])
+            fit = sae_train.fit_stats(sae, held.acts)
+            pca = sae_train.pca_fve(train_all.acts, held.acts, kw["k"])
             positions = sum(h["positions"] for h in hist)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
             print(f"{name:44s} {secs:7.1f} {secs / base:6.2f} {positions / secs:8.0f} {fit['fve']:6.3f} {pca:6.3f} "

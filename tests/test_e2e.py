@@ -506,30 +506,33 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
     import torch
 
     from benchmark_illusion import concepts as C
+    from benchmark_illusion import residual, sae_train
     from benchmark_illusion import sae as S
+    from benchmark_illusion.engine import pad_id
     from benchmark_illusion.models import load_checkpoint
     from benchmark_illusion.prompts import PromptSettings
 
     work, _ = smoke_run
     out = work / "results/concepts/smollm2-135m/sae"
-    sae = C.open_sae(out)
+    sae = S.open_sae(out)
     assert isinstance(sae, S.SparseAutoencoder) and sae.hook_name == "blocks.15.hook_resid_post"
     corpus = pl.read_parquet(out / "corpus.parquet")
     assert set(corpus["source"]) == {"items", "calibration"}
     model, tok = load_checkpoint(work / "resources/models/smollm2-135m")
-    reader = S.ResidualReader(model, sae.hook_name)
+    reader = residual.ResidualReader(model, sae.hook_name)
 
     def acts(split, n=None):
         seqs = [list(x) for x in corpus.filter(pl.col("split") == split)["input_ids"].to_list()][:n]
-        return S.read_activations(reader, seqs, batch_size=8, pad_id=tok.pad_token_id, norm_threshold=sae.norm_threshold)
+        return residual.read_activations(reader, seqs, batch_size=8, pad_id=pad_id(tok),
+                                         norm_threshold=sae.norm_threshold)
 
     # PCA is fitted on 30 training sequences (~6k positions, ten per dimension): enough for a
     # 576-wide covariance, and half the reading time of the whole training split
     train, held = acts("train", 30), acts("heldout")
     # the extreme-norm first position of every sequence is cut
     assert math.isfinite(sae.norm_threshold) and held.n_excluded >= (corpus["split"] == "heldout").sum()
-    fit = S.fit_stats(sae, held.acts)
-    pca = S.pca_fve(train.acts, held.acts, 32)
+    fit = sae_train.fit_stats(sae, held.acts)
+    pca = sae_train.pca_fve(train.acts, held.acts, 32)
     stored = json.loads((out / "fit.json").read_text())
     print(f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, L0 {fit['l0']:.1f}, "
           f"dead {fit['dead_fraction']:.4f}; PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s")
@@ -555,20 +558,24 @@ def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
     import torch
     from sae_lens import SAE
 
-    from benchmark_illusion import concepts as C
+    from benchmark_illusion import params as rule_params
+    from benchmark_illusion.config import load_config
+    from benchmark_illusion.sae import open_sae
+    from benchmark_illusion.sae_build import build_sae
 
     work, cfg = smoke_run
     src = work / "results/concepts/smollm2-135m/sae"
     SAE.load_from_disk(str(src / "sae")).save_model(tmp_path / "published")
-    config = {"seed": 1, "prompt": {"answer_prefix": "Answer:", "chat_template": "auto", "system_prompt": None},
-              "concepts": {"sae": {"corpus": ["items"], "max_tokens": 4000}}}
-    got = C.build_sae(work / "resources/models/smollm2-135m", tmp_path / "out", config,
-                      pretrained={"path": str(tmp_path / "published")},
-                      item_files=[work / "results/items/sample/en.parquet"])
+    config = load_config(cfg, root=ROOT)
+    config["models"]["smollm2-135m"]["sae"] = {"path": str(tmp_path / "published")}
+    config["concepts"]["sae"].update(corpus=["items"], max_tokens=4000)
+    params = rule_params.sae(config, "smollm2-135m")  # what the sae rule passes
+    got = build_sae(work / "resources/models/smollm2-135m", tmp_path / "out", params,
+                    pretrained=params["pretrained"], item_files=[work / "results/items/sample/en.parquet"])
     assert got["source"] == "pretrained" and got["hook_name"] == "blocks.15.hook_resid_post" and got["fve"] >= 0.6
     assert (tmp_path / "out/sae/cfg.json").is_file() and (tmp_path / "out/corpus.parquet").is_file()
     x = torch.randn(10, 576) * 50
-    torch.testing.assert_close(C.open_sae(tmp_path / "out").encode(x), C.open_sae(src).encode(x))
+    torch.testing.assert_close(open_sae(tmp_path / "out").encode(x), open_sae(src).encode(x))
 
 
 def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
 from benchmark_illusion import engine
@@ -103,3 +106,27 @@ def test_greedy_stops_at_stop_token_and_after_content_newline():
         want = _expected_with_rule(free, stop_ids, newline, content)
         assert got == [want]
         assert len(want) < 8
+
+
+def test_pad_batch_left_and_right():
+    seqs = [[5, 6, 7], [8], []]
+    ids, mask = engine.pad_batch(seqs, 9, "cpu", side="left")
+    assert ids.tolist() == [[5, 6, 7], [9, 9, 8], [9, 9, 9]]
+    assert mask.tolist() == [[1, 1, 1], [0, 0, 1], [0, 0, 0]]
+    ids, mask = engine.pad_batch(seqs, 9, "cpu", side="right")
+    assert ids.tolist() == [[5, 6, 7], [8, 9, 9], [9, 9, 9]]
+    assert mask.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
+    assert ids.dtype == mask.dtype == torch.long
+    left = engine.left_pad(seqs, 9, "cpu")
+    assert all(torch.equal(a, b) for a, b in zip(left, engine.pad_batch(seqs, 9, "cpu")))
+    with pytest.raises(ValueError, match="side"):
+        engine.pad_batch(seqs, 9, "cpu", side="middle")
+
+
+def test_pad_id_falls_back_to_eos_then_zero():
+    tok = SimpleNamespace
+    assert engine.pad_id(tok(pad_token_id=3, eos_token_id=2)) == 3
+    assert engine.pad_id(tok(pad_token_id=0, eos_token_id=2)) == 0  # 0 is a pad id, not a missing one
+    assert engine.pad_id(tok(pad_token_id=None, eos_token_id=2)) == 2
+    assert engine.pad_id(tok(pad_token_id=None, eos_token_id=0)) == 0
+    assert engine.pad_id(tok(pad_token_id=None, eos_token_id=None)) == 0

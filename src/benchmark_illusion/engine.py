@@ -45,16 +45,43 @@ class Prefill:
     next_pos: torch.Tensor
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ids [B, T] and mask [B, T]."""
+def pad_id(tokenizer) -> int:
+    """The id that fills padding: the tokenizer's pad token, else its end-of-sequence token, else 0.
+
+    Padded positions are masked out, so the id only has to be a valid one.
+    """
+    if tokenizer.pad_token_id is not None:
+        return tokenizer.pad_token_id
+    if tokenizer.eos_token_id is not None:
+        return tokenizer.eos_token_id
+    return 0
+
+
+PAD_SIDES = ("left", "right")
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int, device, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token lists into ids [B, T] and attention mask [B, T] (T: the longest list).
+
+    side='left': each row's tokens end at T (prompts that are continued, see the module
+    docstring); side='right': they start at 0 (a single forward, positions 0.. as alone).
+    """
+    if side not in PAD_SIDES:
+        raise ValueError(f"side must be one of {PAD_SIDES}, not {side!r}")
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            cols = slice(width - len(s), width) if side == "left" else slice(0, len(s))
+            ids[i, cols] = torch.tensor(s, dtype=torch.long)
+            mask[i, cols] = 1
     return ids.to(device), mask.to(device)
+
+
+def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists into ids [B, T] and mask [B, T] (pad_batch, side='left')."""
+    return pad_batch(seqs, pad_id, device, side="left")
 
 
 def positions(mask: torch.Tensor) -> torch.Tensor:
@@ -66,7 +93,7 @@ def positions(mask: torch.Tensor) -> torch.Tensor:
 def prefill(model, seqs: list[list[int]], pad_id: int) -> Prefill:
     """Run prompts `seqs` once; keep the cache for scoring and decoding."""
     device = next(model.parameters()).device
-    ids, mask = left_pad(seqs, pad_id, device)
+    ids, mask = pad_batch(seqs, pad_id, device, side="left")
     # Only the last position's logits are needed: skipping the rest saves the lm_head's
     # [T, V] product, a fifth of the prefill's cost for a small model with a large vocabulary.
     keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}

@@ -60,7 +60,7 @@ class Tokens:
         self.tok = tokenizer
         self.special = adds_special_tokens(tokenizer, settings)
         self.sep = settings.continuation_sep
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = engine.pad_id(tokenizer)
         self._text: dict[int, str] = {}
 
     def text(self, token_id: int) -> str:

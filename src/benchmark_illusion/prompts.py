@@ -69,9 +69,18 @@ class PromptSettings:
         return " " if p and not p[-1].isspace() else ""
 
 
+def item_body(item: dict) -> str:
+    """The item's own text, the passage and the question, as every format writes it.
+
+    The one place this text is spelled: concepts.item_prompt finds it in the rendered prompt to
+    tell the item's tokens from the template's.
+    """
+    return f"Passage: {item['context']}\n\nQuestion: {item['question']}"
+
+
 def user_message(item: dict, fmt: str, candidates_style: str = "letters") -> str:
     """The user turn for one item in `open`/`mc` (same text) or `candidates` format."""
-    body = f"Passage: {item['context']}\n\nQuestion: {item['question']}"
+    body = item_body(item)
     if fmt in ("open", "mc"):
         return f"{OPEN_INSTRUCTION}\n\n{body}"
     if fmt == "candidates":

@@ -1,12 +1,12 @@
 import torch
 
-from benchmark_illusion import concepts, logs
+from benchmark_illusion import logs, sae_build
 from benchmark_illusion.models import resolve_device
 
 logs.to_file(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 p = snakemake.params.config  # exactly what decides the SAE (a change re-runs this rule)
-concepts.build_sae(
+sae_build.build_sae(
     snakemake.input.model,
     snakemake.output[0],
     p,
