@@ -17,14 +17,20 @@ Concepts (a_c(x)):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
 import numpy as np
 import polars as pl
 import pytest
+import yaml
 
-from benchmark_illusion.competency import GapSettings, bh_qvalues, load_concept_tables, run_concept_sql
+from benchmark_illusion.__main__ import main
+from benchmark_illusion.competency import GapSettings, bh_qvalues, load_concept_tables, load_sae_fits, run_concept_sql
+from benchmark_illusion.config import ConfigError, validate_config
+from benchmark_illusion.figures import _concept_damage_figure
+from test_config import minimal
 from test_sql import build, row
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -265,21 +271,14 @@ def test_dense_gaps_on_the_selected_items_are_left_out(con):
     assert "selected/dense" not in kinds and kinds.get("selected/w", 0) > 0
 
 
-def test_gap_settings_from_config():
-    s = GapSettings.from_config({"seed": 3, "metrics": {"ci_level": 0.9},
-                                 "concepts": {"gaps": {"permutations": 500, "fdr_q": 0.05}}})
-    assert (s.seed, s.ci_level, s.permutations, s.fdr_q, s.min_support) == (3, 0.9, 500, 0.05, 20)
+def test_gap_settings_are_checked():
+    GapSettings(seed=3, ci_level=0.9, permutations=500, fdr_q=0.05).check()
     for bad in ({"permutations": 0}, {"fdr_q": 0.0}, {"fdr_q": 1.5}, {"ci_level": 1.0}):
         with pytest.raises(ValueError):
             GapSettings(**bad).check()
 
 
 def test_config_defaults_and_limits():
-    import yaml
-
-    from benchmark_illusion.config import ConfigError, validate_config
-    from test_config import minimal
-
     gaps = validate_config(minimal())["concepts"]["gaps"]
     assert (gaps["min_support"], gaps["permutations"], gaps["fdr_q"]) == (20, 1000, 0.1)
     shipped = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())["concepts"]["gaps"]
@@ -293,10 +292,6 @@ def test_config_defaults_and_limits():
 
 def _copy(con, tmp_path) -> Path:
     """The in-memory database as a file, with an SAE fit row (the CLI prints it first)."""
-    import json
-
-    from benchmark_illusion.competency import load_sae_fits
-
     fit = tmp_path / "fit.json"
     fit.write_text(json.dumps({"source": "train", "hook_name": "blocks.1.hook_resid_post", "d_sae": 26, "k": 2,
                                "fve": 0.9, "l0": 2.0, "dead_fraction": 0.0, "pca_fve_same_k": 0.5,
@@ -310,8 +305,6 @@ def _copy(con, tmp_path) -> Path:
 
 
 def test_cli_lists_only_significant_concepts(tmp_path, con, capsys, monkeypatch):
-    from benchmark_illusion.__main__ import main
-
     monkeypatch.chdir(tmp_path)
     db = _copy(con, tmp_path)
     assert main(["--db", str(db), "concepts", "-n", "3"]) == 0
@@ -329,8 +322,6 @@ def test_cli_lists_only_significant_concepts(tmp_path, con, capsys, monkeypatch)
 
 
 def test_figure_shows_only_significant_concepts(tmp_path, con):
-    from benchmark_illusion.figures import _concept_damage_figure
-
     fig = _concept_damage_figure(con)
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
     assert any(t.startswith("#0 c0") for t in labels) and not any(t.startswith("#1 ") for t in labels)
@@ -340,3 +331,45 @@ def test_figure_shows_only_significant_concepts(tmp_path, con):
     fig = _concept_damage_figure(null)
     texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [fig._suptitle.get_text()]
     assert any("no concept is significantly damaged" in t for t in texts)
+
+
+def test_report_views_list_the_significant_concepts(con):
+    got = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open, rank, method_peak
+                         FROM report_damaged_concepts ORDER BY rank""").fetchall()
+    want = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open FROM concept_damage
+                          WHERE dataset = 'all' AND significant_open ORDER BY excess_open DESC, q_open, concept""").fetchall()
+    # one pruned checkpoint: every concept is at its method's peak
+    assert got == [(*w, k, True) for k, w in enumerate(want, 1)] and 0 in {g[3] for g in got}
+    printed = con.execute("SELECT concept, drop_open_ci, q, rank FROM report_concept_damage ORDER BY rank").fetchall()
+    d = damage(con)
+    assert [p[0] for p in printed] == [w[3] for w in want]
+    c0 = next(p for p in printed if p[0] == 0)
+    r = d[0]
+    assert c0[1] == f"{r['drop_open']:.2f} [{r['drop_open_ci_low']:.2f}, {r['drop_open_ci_high']:.2f}]"
+    assert c0[2] == f"{r['q_open']:.2g}"
+
+
+def test_cli_and_figure_read_the_report_views(tmp_path, con, capsys, monkeypatch):
+    """Change the views, and the command and the figure change with them."""
+    monkeypatch.chdir(tmp_path)
+    db = _copy(con, tmp_path)
+    out = duckdb.connect(str(db))
+    for view in ("report_best_covered", "report_least_covered", "report_dense_gaps"):
+        out.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT 'm' AS model, 'from {view}' AS marker, 1 AS rank")
+    # concept 1 (German) is not significantly damaged: only the changed view lists it
+    out.execute("""CREATE OR REPLACE VIEW report_damaged_concepts AS
+                   SELECT * REPLACE ('from the view' AS label), 1 AS rank, true AS method_peak FROM concept_damage
+                   WHERE dataset = 'all' AND concept = 1""")
+    out.execute("CREATE OR REPLACE VIEW report_damage_criteria AS SELECT 0.5 AS fdr_q, 0.8 AS ci_level, "
+                "7 AS permutations, 3 AS tested")
+    fig = _concept_damage_figure(out)
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+    assert labels and all(t.startswith("#1 from the view") for t in labels)
+    assert "BH q < 0.5" in fig._suptitle.get_text() and "80% interval" in fig._suptitle.get_text()
+    out.close()
+    assert main(["--db", str(db), "concepts"]) == 0
+    printed = capsys.readouterr().out
+    for view in ("report_best_covered", "report_least_covered", "report_dense_gaps"):
+        assert f"from {view}" in printed
+    section = printed[printed.index("Significantly damaged concepts"):]
+    assert "BH q < 0.5" in section and "from the view" in section

@@ -15,7 +15,9 @@ import duckdb
 import polars as pl
 import pytest
 
-from benchmark_illusion.competency import GapSettings, load_concept_tables, run_concept_sql, stability
+from benchmark_illusion.competency import (GapSettings, build_gaps_database, load_concept_tables, run_concept_sql,
+                                           stability)
+from benchmark_illusion.figures import CONCEPT_FIGURES, make_figures
 from test_sql import DENSE, POOL, PRUNED, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,6 +57,10 @@ def gaps_db(tmp_path, settings=GapSettings(min_support=2), acts=ACTS):
 @pytest.fixture
 def con(tmp_path):
     return gaps_db(tmp_path)
+
+
+REPORT_VIEWS = ("report_concept_sae", "report_best_covered", "report_least_covered", "report_dense_gaps",
+                "report_damaged_concepts", "report_concept_damage", "report_damage_criteria")
 
 
 def values(con, sql):
@@ -176,8 +182,6 @@ def test_a_dense_only_run_has_empty_damage_tests(tmp_path):
     assert con.execute("SELECT count(*) FROM concept_damage_tests").fetchall() == [(0,)]
     columns = {r[0] for r in con.execute("DESCRIBE concept_damage").fetchall()}
     assert {"p_open", "q_open", "significant_open", "drop_mc_ci_low", "excess_mc"} <= columns
-    from benchmark_illusion.figures import CONCEPT_FIGURES, make_figures
-
     db = tmp_path / "illusion.duckdb"
     con.execute(f"ATTACH '{db}' AS out")
     con.execute("COPY FROM DATABASE memory TO out")
@@ -205,8 +209,6 @@ def test_gap_settings_are_checked():
 
 
 def test_gaps_database_keeps_the_metric_tables(tmp_path):
-    from benchmark_illusion.competency import build_gaps_database
-
     con = build(tmp_path, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, pool=POOL)
     stage = tmp_path / "metrics.duckdb"
     con.execute(f"ATTACH '{stage}' AS stage")
@@ -223,12 +225,15 @@ def test_gaps_database_keeps_the_metric_tables(tmp_path):
     assert {"mc_only", "item_outcomes", "chi_bench", "coverage_gaps", "chi_model", "model_gaps",
             "concept_damage", "concept_stability", "concept_activations", "concept_labels"} <= tables
     assert out.execute("SELECT count(*) FROM concept_stability").fetchone()[0] > 0
+    views = {r[0] for r in out.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert set(REPORT_VIEWS) <= views
+    # the stability subsamples leave no schema behind, and their runs defined no report view
+    schemas = {r[0] for r in out.execute("SELECT schema_name FROM duckdb_schemas() WHERE NOT internal").fetchall()}
+    assert not any(x.startswith("stability_") for x in schemas)
     assert stage.is_file()  # the metric database is left as it was
 
 
 def test_concept_figures_render_from_the_gap_tables(tmp_path, con):
-    from benchmark_illusion.figures import CONCEPT_FIGURES, make_figures
-
     db = tmp_path / "illusion.duckdb"
     con.execute(f"ATTACH '{db}' AS out")
     con.execute("COPY FROM DATABASE memory TO out")
@@ -237,3 +242,23 @@ def test_concept_figures_render_from_the_gap_tables(tmp_path, con):
     assert [p.name for p in written] == [f"{n}.png" for n in CONCEPT_FIGURES]
     for p in written:
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
+
+
+def test_report_views_rank_the_tables(con):
+    views = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert set(REPORT_VIEWS) <= views
+    # without SAE fits the fit table is there, empty
+    assert con.execute("SELECT count(*) FROM report_concept_sae").fetchone() == (0,)
+    # chi_bench across benchmarks (see test_chi_bench_by_hand): c0 1.8, c3 1.0, c1 0.8, c2 0.4
+    best = con.execute("SELECT concept, chi_bench, rank FROM report_best_covered ORDER BY rank").fetchall()
+    assert best == [(0, 1.8, 1), (3, 1.0, 2), (1, 0.8, 3), (2, 0.4, 4)]
+    least = con.execute("SELECT concept, rank FROM report_least_covered ORDER BY rank").fetchall()
+    assert least == [(2, 1), (1, 2), (3, 3), (0, 4)]
+    gaps = con.execute("SELECT concept, chi_model, rank FROM report_dense_gaps ORDER BY rank").fetchall()
+    want = con.execute("""SELECT concept, round(chi_model, 3) FROM chi_model WHERE population = 'pool'
+                          AND format = 'open' AND dataset = 'all' AND supported ORDER BY chi_model, concept""").fetchall()
+    assert [g[:2] for g in gaps] == want and [g[2] for g in gaps] == list(range(1, len(want) + 1))
+    criteria = con.execute("SELECT fdr_q, ci_level, permutations, tested FROM report_damage_criteria").fetchall()
+    tested = con.execute("""SELECT count(*) FROM concept_damage_tests WHERE format = 'open' AND dataset = 'all'
+                            AND method = 'w'""").fetchone()[0]
+    assert criteria == [(0.1, 0.95, 1000, tested)]

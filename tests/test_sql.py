@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 
 import duckdb
@@ -9,7 +11,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from benchmark_illusion.__main__ import main
 from benchmark_illusion.aggregate import MetricSettings, create_views, run_sql_files
+from benchmark_illusion.io import parquet_list
 from benchmark_illusion.schema import LOG_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,8 +288,6 @@ def test_selection_by_hand(db):
 def _distractor_db(tmp_path):
     """The fixture logs; i1, i2 have every distractor in the passage, i3, i4 do not; the items
     report says 3 valid rows got too few distractors and 2 rows had an empty answer."""
-    import json
-
     tmp_path = tmp_path / "split"
     tmp_path.mkdir()
     frame(DENSE + PRUNED).write_parquet(tmp_path / "g.parquet")
@@ -534,3 +536,85 @@ def test_position_bias_by_hand(tmp_path):
     pooled = con.execute("SELECT sum(n_chosen) FROM position_bias WHERE dataset = 'all' AND method = 'w' "
                          "AND format = 'candidates'").fetchone()
     assert pooled == (4,)
+
+
+# --- the rates macro and the report view ----------------------------------------------------------
+
+def test_rate_of_returns_the_rows_of_one_metric_and_population(db):
+    keys = db.execute("SELECT DISTINCT metric, population FROM rates ORDER BY ALL").fetchall()
+    assert ("top1_dense_failed", "pool") in keys and ("mc_only", "selected") in keys
+    for metric, population in keys:
+        got = db.execute("SELECT * FROM rate_of(?, ?) ORDER BY ALL", [metric, population]).fetchall()
+        want = db.execute("SELECT * FROM rates WHERE metric = ? AND population = ? ORDER BY ALL",
+                          [metric, population]).fetchall()
+        assert got == want and got, (metric, population)
+    assert db.execute("SELECT count(*) FROM rate_of('mc_only', 'pool')").fetchone() == (0,)
+    # called with the columns of the joined row (laterally): every row of rates once
+    lateral = db.execute("""SELECT r.* FROM (SELECT DISTINCT metric, population FROM rates) k,
+                            rate_of(k.metric, k.population) r ORDER BY ALL""").fetchall()
+    assert lateral == db.execute("SELECT * FROM rates ORDER BY ALL").fetchall()
+
+
+def _file_db(con, tmp_path) -> Path:
+    db = tmp_path / "illusion.duckdb"
+    con.execute(f"ATTACH '{db}' AS out")
+    con.execute("COPY FROM DATABASE memory TO out")
+    con.execute("DETACH out")
+    return db
+
+
+def _cli_csv(db, monkeypatch, capsys, *args) -> pl.DataFrame:
+    monkeypatch.chdir(db.parent)
+    assert main(["--db", str(db), *args, "--csv"]) == 0
+    return pl.read_csv(io.StringIO(capsys.readouterr().out))
+
+
+def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsys):
+    views = {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    assert "report_summary" in views
+    view = db.sql("SELECT * FROM report_summary").pl()
+    assert view.height == 4 and set(view["lang"]) == {"en", "all"}
+    w = view.filter((pl.col("method") == "w") & (pl.col("lang") == "all")).to_dicts()[0]
+    mc_only = db.execute("SELECT mc_only_rate, n_demoted, n_erased FROM mc_only WHERE method = 'w' AND lang = 'all'"
+                         ).fetchone()
+    acc = dict(db.execute("SELECT format, accuracy FROM accuracy WHERE method = 'w' AND lang = 'all'").fetchall())
+    assert (w["open"], w["candidates"], w["mc"]) == (round(acc["open"], 3), round(acc["candidates"], 3),
+                                                     round(acc["mc"], 3))
+    assert w["mc_only_rate_ci"].startswith(f"{mc_only[0]:.2f} [") and (w["demoted"], w["erased"]) == mc_only[1:]
+
+    file_db = _file_db(db, tmp_path)
+    keys = ["model", "method", "structure", "sparsity", "dataset", "lang"]
+    pooled = _cli_csv(file_db, monkeypatch, capsys, "summary")
+    want = view.filter(pl.col("lang") == "all").sort(keys).drop("dataset", "lang")
+    assert pooled.columns == want.columns and pooled.rows() == want.rows()
+    by_lang = _cli_csv(file_db, monkeypatch, capsys, "summary", "--by-lang")
+    want = view.filter(pl.col("lang") != "all").sort(keys)
+    assert by_lang.columns == want.columns and by_lang.rows() == want.rows()
+
+    # the command reads the view: change the view, and the output changes with it
+    con = duckdb.connect(str(file_db))
+    con.execute("CREATE OR REPLACE VIEW report_summary AS "
+                "SELECT model, method, structure, sparsity, dataset, lang, 'from the view' AS marker FROM mc_only")
+    con.close()
+    assert _cli_csv(file_db, monkeypatch, capsys, "summary")["marker"].to_list() == ["from the view"] * 2
+
+
+def test_summary_names_a_database_without_its_report_views(tmp_path, db, monkeypatch, capsys):
+    db.execute("DROP VIEW report_summary")
+    file_db = _file_db(db, tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--db", str(file_db), "summary"]) == 2
+    err = capsys.readouterr().err
+    assert "report_summary" in err and "predates its report views" in err
+    # a metric database (concepts off) has no concept views: the command says so
+    assert main(["--db", str(file_db), "concepts"]) == 2
+    assert "no concept tables" in capsys.readouterr().err
+
+
+def test_parquet_list_quotes_paths(tmp_path):
+    odd = tmp_path / "it's"
+    odd.mkdir()
+    frame(DENSE).write_parquet(odd / "g.parquet")
+    assert parquet_list([odd / "g.parquet", "b"]) == "['" + str(odd).replace("'", "''") + "/g.parquet', 'b']"
+    con = duckdb.connect()
+    assert con.execute(f"SELECT count(*) FROM read_parquet({parquet_list([odd / 'g.parquet'])})").fetchone() == (12,)

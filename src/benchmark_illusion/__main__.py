@@ -16,93 +16,58 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
+from .judge import LABEL_LETTERS, first_line, judge, judge_candidates, normalize, tokenize
+
 DEFAULT_DB = "results/illusion.duckdb"
 
-SUMMARY_SQL = """
-WITH acc AS (
-    SELECT model, method, structure, sparsity, dataset, lang,
-           max(accuracy) FILTER (WHERE format = 'open')       AS open,
-           max(accuracy) FILTER (WHERE format = 'candidates') AS candidates,
-           max(accuracy) FILTER (WHERE format = 'mc')         AS mc
-    FROM accuracy GROUP BY ALL
-),
-oracle AS (
-    SELECT model, method, structure, sparsity, dataset, lang, rate AS recovered, false_recovery_rate
-    FROM recovery WHERE decode = 'oracle'
-)
-SELECT m.model, m.method, m.structure, m.sparsity, {lang_cols}m.n_items,
-       round(a.open, 3) AS open, round(a.candidates, 3) AS candidates, round(a.mc, 3) AS mc,
-       round(d.delta_pr, 3) AS delta_pr,
-       printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
-       round(m.noise_floor, 2) AS floor, round(m.mc_only_guess_adj, 2) AS guess_adj,
-       round(o.recovered, 2) AS recovered, round(o.false_recovery_rate, 2) AS false_rec,
-       m.n_demoted AS demoted, m.n_erased AS erased
-FROM mc_only m
-JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
-LEFT JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)
-LEFT JOIN oracle o USING (model, method, structure, sparsity, dataset, lang)
-WHERE {where}
-ORDER BY m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang
-"""
-
+# Every report is a view of the database (workflow/sql/90_report.sql, workflow/sql/concepts/
+# 90_report.sql; docs/metrics.md, docs/concepts.md): the commands only choose rows.
+SUMMARY_SQL = ("SELECT * EXCLUDE (dataset, lang) FROM report_summary WHERE lang = 'all' "
+               "ORDER BY model, method, structure, sparsity")
+SUMMARY_BY_LANG_SQL = ("SELECT * FROM report_summary WHERE lang <> 'all' "
+                       "ORDER BY model, method, structure, sparsity, dataset, lang")
 
 DAMAGE_TITLE = ("Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, the drop its "
                 "languages predict, the excess, with intervals, and the test's BH q-value)")
 # What qualifies, and why nothing may: the settings the damage tests ran with (docs/concepts.md).
-DAMAGE_CRITERIA_SQL = """
-    SELECT s.fdr_q, s.permutations,
-           (SELECT max(n) FROM (SELECT count(*) AS n FROM concept_damage_tests WHERE format = 'open' AND dataset = 'all'
-                                GROUP BY model, method, structure, sparsity)) AS tested
-    FROM concept_damage_settings s"""
+DAMAGE_CRITERIA_SQL = "SELECT fdr_q, permutations, tested FROM report_damage_criteria"
 
 CONCEPT_SQL = {
-    "SAE fit (held-out positions)": """
-        SELECT model, source, hook_name, d_sae, k, round(fve, 3) AS fve, round(l0, 1) AS l0,
-               round(dead_fraction, 4) AS dead_fraction, round(pca_fve_same_k, 3) AS pca_fve_same_k,
-               corpus_tokens, seconds
-        FROM concept_sae ORDER BY model""",
-    "Best covered concepts (chi_bench across benchmarks)": """
-        SELECT model, concept, label, round(chi_bench, 3) AS chi_bench, n_active, n_items FROM chi_bench
-        WHERE dataset = 'all' AND n_active > 0
-        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_bench DESC, concept) <= {n}
-        ORDER BY model, chi_bench DESC""",
-    "Least covered active concepts (chi_bench across benchmarks)": """
-        SELECT model, concept, label, round(chi_bench, 4) AS chi_bench, n_active, n_items FROM chi_bench
-        WHERE dataset = 'all' AND n_active > 0
-        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_bench, concept) <= {n}
-        ORDER BY model, chi_bench""",
-    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)": """
-        SELECT model, concept, label, round(chi_model, 3) AS chi_model, round(accuracy, 3) AS accuracy, support
-        FROM chi_model WHERE population = 'pool' AND format = 'open' AND dataset = 'all' AND supported
-        QUALIFY row_number() OVER (PARTITION BY model ORDER BY chi_model, concept) <= {n}
-        ORDER BY model, chi_model""",
-    DAMAGE_TITLE: """
-        SELECT model, method, structure, sparsity, concept, label,
-               printf('%.2f [%.2f, %.2f]', drop_open, drop_open_ci_low, drop_open_ci_high) AS drop_open_ci,
-               round(expected_drop_open, 3) AS language_drop,
-               printf('%.3f [%.3f, %.3f]', excess_open, excess_open_ci_low, excess_open_ci_high) AS excess_ci,
-               printf('%.2g', q_open) AS q, round(drop_mc, 3) AS drop_mc, round(demoted_rate, 2) AS demoted,
-               round(erased_rate, 2) AS erased, damage, support
-        FROM concept_damage WHERE dataset = 'all' AND significant_open
-        QUALIFY row_number() OVER (PARTITION BY model, method, structure, sparsity
-                                   ORDER BY excess_open DESC, q_open, concept) <= {n}
-        ORDER BY model, method, structure, sparsity, excess_open DESC, q_open, concept""",
+    "SAE fit (held-out positions)": "SELECT * FROM report_concept_sae ORDER BY model",
+    "Best covered concepts (chi_bench across benchmarks)":
+        "SELECT * EXCLUDE (rank) FROM report_best_covered WHERE rank <= {n} ORDER BY model, rank",
+    "Least covered active concepts (chi_bench across benchmarks)":
+        "SELECT * EXCLUDE (rank) FROM report_least_covered WHERE rank <= {n} ORDER BY model, rank",
+    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)":
+        "SELECT * EXCLUDE (rank) FROM report_dense_gaps WHERE rank <= {n} ORDER BY model, rank",
+    DAMAGE_TITLE: "SELECT * EXCLUDE (rank) FROM report_concept_damage WHERE rank <= {n} "
+                  "ORDER BY model, method, structure, sparsity, rank",
 }
 
 
 def _open(db: str):
     """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
-    from .aggregate import connect
+    from .aggregate import connect  # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
 
     path = Path(db).resolve()
     con = connect(path)
     root = path.parent.parent if path.parent.name == "results" else path.parent
     os.chdir(root)
     return con
+
+
+def _missing_view_hint(con, cmd: str) -> str:
+    """Why a report view may be missing: no concept tables, or a database built before the views."""
+    has_concepts = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'chi_bench'"
+                               ).fetchone()[0]
+    if cmd == "concepts" and not has_concepts:
+        return "this database has no concept tables (concepts.enabled: false)"
+    return "the database predates its report views: rebuild it, e.g. `make run`, which re-runs the aggregation"
 
 
 def _print(rel, csv: bool, max_rows: int) -> None:
@@ -116,10 +81,6 @@ def _print(rel, csv: bool, max_rows: int) -> None:
 
 def _judge_command(args, parser: argparse.ArgumentParser) -> int:
     """Print the judge's verdict on args.output as one JSON object; bad arguments exit 2."""
-    import json
-
-    from .judge import LABEL_LETTERS, first_line, judge, judge_candidates, normalize, tokenize
-
     if args.max_length_factor <= 0:
         parser.error(f"argument --max-length-factor: must be positive, got {args.max_length_factor}")
     if args.max_length_slack < 0:
@@ -154,8 +115,6 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
 
 def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
     """Index of the first option equal to a gold: the same string, else the same judge tokens; None if none."""
-    from .judge import tokenize
-
     gold_tokens = [t for t in (tokenize(g, lang) for g in golds) if t]
     for k, o in enumerate(options):
         if o in golds:
@@ -205,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import duckdb
+    import duckdb  # lazy: the judge command above stays light (tests/test_judge.py)
 
     try:
         if args.cmd == "sql":
@@ -236,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  no concept is significantly damaged ({criteria}; {tested or 0} concepts tested per "
                           f"checkpoint, {n_perm} permutations: the smallest p is 1/{n_perm + 1})")
         else:
-            where = "m.lang <> 'all'" if args.by_lang else "m.lang = 'all'"
-            lang_cols = "m.dataset, m.lang, " if args.by_lang else ""
-            _print(con.sql(SUMMARY_SQL.format(where=where, lang_cols=lang_cols)), args.csv, 10_000)
+            _print(con.sql(SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL), args.csv, 10_000)
     except duckdb.Error as e:
         print(f"error: {e}", file=sys.stderr)
+        if isinstance(e, duckdb.CatalogException) and "report_" in str(e):
+            print(f"  ({_missing_view_hint(con, args.cmd)})", file=sys.stderr)
         return 2
     return 0
 

@@ -15,13 +15,9 @@ from pathlib import Path
 
 import duckdb
 
-from .io import atomic_path
+from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
-
-
-def _file_list(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
 def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str],
@@ -37,19 +33,19 @@ def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selecte
     """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
-    con.execute(f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({_file_list(generations)}, union_by_name = true)")
-    con.execute(f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({_file_list(pool)}, union_by_name = true)")
+    con.execute(f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({parquet_list(generations)}, union_by_name = true)")
+    con.execute(f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({parquet_list(pool)}, union_by_name = true)")
     # results/selected/{model}/{dataset}/{lang}.parquet: the model is the third path part.
     con.execute(
         "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, * EXCLUDE (filename) "
-        f"FROM read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
+        f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
     )
     columns = {r[0] for r in con.execute("DESCRIBE selected_items").fetchall()}
     if "distractors_in_passage" not in columns:
         con.execute(
             "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, "
             "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
-            f"FROM read_parquet({_file_list(selected)}, union_by_name = true, filename = true)"
+            f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
         )
     con.execute("CREATE OR REPLACE TABLE item_drops (dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)")
     rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
@@ -81,13 +77,6 @@ class MetricSettings:
     seed: int = 0
     bootstrap_replicates: int = 1000
     ci_level: float = 0.95
-
-    @classmethod
-    def from_config(cls, config: dict) -> "MetricSettings":
-        m = config.get("metrics") or {}
-        return cls(seed=int(config.get("seed", 0)),
-                   bootstrap_replicates=int(m.get("bootstrap_replicates", cls.bootstrap_replicates)),
-                   ci_level=float(m.get("ci_level", cls.ci_level)))
 
 
 def run_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dict[str, int | float]) -> None:

@@ -3,13 +3,15 @@
 The `aggregate` rule writes results/metrics.duckdb (the metric tables); `competency_gaps` copies
 it, loads the concept activations and labels as tables, runs workflow/sql/concepts/*.sql in name
 order, tests every concept's drop against the null of no concept effect (seeded bootstrap
-intervals, a permutation test within languages, Benjamini-Hochberg q-values; `damage_tests`),
-measures the stability of chi_bench and chi_model on seeded item subsamples, and writes
-results/illusion.duckdb atomically. Definitions: docs/concepts.md.
+intervals, a permutation test within languages, Benjamini-Hochberg q-values; `damage_tests`)
+before the report views (90_report.sql) that read the tests' columns, measures the stability of
+chi_bench and chi_model on seeded item subsamples, and writes results/illusion.duckdb
+atomically. Definitions: docs/concepts.md.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -19,8 +21,8 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from .aggregate import _file_list, run_sql
-from .io import atomic_path
+from .aggregate import run_sql
+from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -46,13 +48,6 @@ class GapSettings:
     ci_level: float = 0.95
     seed: int = 0
 
-    @classmethod
-    def from_config(cls, config: dict) -> "GapSettings":
-        g = (config.get("concepts") or {}).get("gaps") or {}
-        keys = set(cls.__dataclass_fields__) - {"seed", "ci_level"}
-        ci = (config.get("metrics") or {}).get("ci_level", cls.ci_level)
-        return cls(**{k: v for k, v in g.items() if k in keys}, ci_level=float(ci), seed=int(config.get("seed", 0)))
-
     def check(self) -> None:
         if not 0 <= self.under_quantile < self.over_quantile <= 1:
             raise ValueError(f"concepts.gaps: need 0 <= under_quantile < over_quantile <= 1, got {self}")
@@ -69,15 +64,12 @@ class GapSettings:
 def load_concept_tables(con: duckdb.DuckDBPyConnection, activations: list[str], tokens: list[str],
                         labels: list[str]) -> None:
     """Materialise the concept inputs as tables (queries need no Parquet file afterwards)."""
-    con.execute(f"CREATE OR REPLACE TABLE concept_activations AS SELECT * FROM read_parquet({_file_list(activations)})")
-    con.execute(f"CREATE OR REPLACE TABLE concept_tokens AS SELECT * FROM read_parquet({_file_list(tokens)})")
-    con.execute(f"CREATE OR REPLACE TABLE concept_labels AS SELECT * FROM read_parquet({_file_list(labels)})")
+    for table, paths in (("concept_activations", activations), ("concept_tokens", tokens), ("concept_labels", labels)):
+        con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet({parquet_list(paths)})")
 
 
 def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
     """Table concept_sae: one row per model with its SAE's fit statistics (fit.json)."""
-    import json
-
     rows = []
     for model, path in sorted(fits.items()):
         f = json.loads(Path(path).read_text())
@@ -92,16 +84,26 @@ def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
     con.unregister("fits")
 
 
+# Concept files named from this on (90_report.sql) define report views over the finished tables:
+# they run after the damage tests, whose columns they read.
+REPORT_FILES_FROM = "90"
+
+
 def run_concept_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings,
                     tests: bool = True) -> None:
-    """Run the concept files with their parameters (under_quantile, over_quantile, min_support),
-    then, with `tests`, the damage tests (`damage_tests`) that add their columns to concept_damage."""
+    """Run the concept files with their parameters (under_quantile, over_quantile, min_support)
+    in name order; with `tests`, the damage tests (`damage_tests`, which add their columns to
+    concept_damage) run before the report files (named from REPORT_FILES_FROM on). Without
+    `tests` (the stability subsamples) neither the damage tests nor the report files run."""
     settings.check()
-    run_sql(con, sql_files, {"under_quantile": float(settings.under_quantile),
-                             "over_quantile": float(settings.over_quantile),
-                             "min_support": int(settings.min_support)})
+    tables = [f for f in sql_files if Path(f).name < REPORT_FILES_FROM]
+    reports = [f for f in sql_files if Path(f).name >= REPORT_FILES_FROM]
+    run_sql(con, tables, {"under_quantile": float(settings.under_quantile),
+                          "over_quantile": float(settings.over_quantile),
+                          "min_support": int(settings.min_support)})
     if tests:
         damage_tests(con, settings)
+        run_sql(con, reports, {})
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+matplotlib.use("Agg")  # no display: select the backend before pyplot is imported
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
 from .aggregate import connect  # noqa: E402
@@ -352,8 +353,6 @@ def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str)
 
 def concept_coverage(con, path: Path) -> None:
     """Distribution of chi_bench over the active concepts, per benchmark and across (log x)."""
-    import numpy as np
-
     df = con.sql("SELECT * FROM chi_bench").pl()
     models = sorted(df["model"].unique().to_list())
     fig, axes = _grid(len(models), 1, width=8.0, height=3.8)
@@ -434,12 +433,9 @@ def _concept_damage_figure(con):
     each shown at the checkpoint where its excess is largest, most excess first. Bars: the open
     drop with its bootstrap interval (red) next to the mc drop (blue); the black tick is the drop
     the concept's languages predict. Panels without such a concept say so."""
-    fdr_q, ci_level = con.execute("SELECT fdr_q, ci_level FROM concept_damage_settings").fetchall()[0]
-    df = con.sql("""SELECT model, method, structure, sparsity, concept, label, support, drop_open, drop_open_ci_low,
-                           drop_open_ci_high, expected_drop_open, excess_open, q_open, drop_mc
-                    FROM concept_damage WHERE dataset = 'all' AND significant_open""").pl()
-    best = df.sort(["excess_open", "q_open", "sparsity", "structure"], descending=[True, False, False, False]) \
-        .unique(["model", "method", "concept"], keep="first", maintain_order=True)
+    fdr_q, ci_level = con.execute("SELECT fdr_q, ci_level FROM report_damage_criteria").fetchall()[0]
+    best = con.sql("""SELECT * FROM report_damaged_concepts WHERE method_peak
+                      ORDER BY excess_open DESC, q_open, sparsity, structure, concept""").pl()
     methods = con.sql("SELECT DISTINCT model, method FROM concept_damage").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM chi_bench").pl()["model"].to_list())
     fig, _, panels = _method_panels(methods, models, "no pruned checkpoint")

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import polars as pl
 
@@ -57,6 +57,11 @@ def write_json(obj, path: str | os.PathLike) -> None:
     """Write `obj` as indented, key-sorted JSON atomically."""
     with atomic_path(path, ".json") as tmp:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+def parquet_list(paths: Iterable[str | os.PathLike]) -> str:
+    """The paths as a DuckDB list literal of strings, for read_parquet([...]) in SQL text."""
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:

@@ -191,3 +191,12 @@ SELECT p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.metric, 
 FROM point p
 LEFT JOIN intervals i USING (population, model, method, structure, sparsity, dataset, lang, metric)
 ORDER BY p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.metric;
+
+-- rate_of(m, pop): the rows of `rates` for one metric m in one population pop ('selected' or
+-- 'pool'), every column of `rates`. The metric tables below take their values and intervals from
+-- it, joined by checkpoint and benchmark. m and pop may be expressions of the row it is joined to
+-- (DuckDB then joins it laterally: one metric per row), e.g.
+--   LEFT JOIN rate_of('acc_' || a.format, 'selected') r
+--     ON (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (a.model, a.method, ...)
+CREATE OR REPLACE MACRO rate_of(m, pop) AS TABLE
+SELECT * FROM rates WHERE metric = m AND population = pop;

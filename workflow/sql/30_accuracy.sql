@@ -37,14 +37,12 @@ LEFT JOIN (
 ) k
   ON a.format IN ('mc', 'candidates')
  AND (k.model, k.method, k.structure, k.sparsity, k.dataset, k.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
-LEFT JOIN rates rc
-  ON rc.metric = 'acc_' || a.format || '_chance_adj' AND rc.population = 'selected'
- AND (rc.model, rc.method, rc.structure, rc.sparsity, rc.dataset, rc.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
-LEFT JOIN rates r
-  ON r.metric = 'acc_' || a.format AND r.population = 'selected'
- AND (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
-LEFT JOIN rates rn
-  ON a.format = 'mc' AND rn.metric = 'acc_mc_norm' AND rn.population = 'selected'
+LEFT JOIN rate_of('acc_' || a.format || '_chance_adj', 'selected') rc
+  ON (rc.model, rc.method, rc.structure, rc.sparsity, rc.dataset, rc.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rate_of('acc_' || a.format, 'selected') r
+  ON (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rate_of('acc_mc_norm', 'selected') rn
+  ON a.format = 'mc'
  AND (rn.model, rn.method, rn.structure, rn.sparsity, rn.dataset, rn.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
 ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format;
 
@@ -66,11 +64,10 @@ SELECT d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang,
        d.ci_low, d.ci_high,
        floor.value AS noise_floor, floor.ci_low AS noise_floor_ci_low, floor.ci_high AS noise_floor_ci_high
 FROM rates d
-JOIN rates acc
-  ON acc.metric = replace(d.metric, 'drop_', 'acc_') AND acc.population = 'selected'
- AND (acc.model, acc.method, acc.structure, acc.sparsity, acc.dataset, acc.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
-LEFT JOIN rates floor
-  ON floor.metric = d.metric AND floor.method = 'dense' AND floor.population = 'selected'
+JOIN rate_of(replace(d.metric, 'drop_', 'acc_'), 'selected') acc
+  ON (acc.model, acc.method, acc.structure, acc.sparsity, acc.dataset, acc.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
+LEFT JOIN rate_of(d.metric, 'selected') floor
+  ON floor.method = 'dense'
  AND (floor.model, floor.dataset, floor.lang) = (d.model, d.dataset, d.lang)
 WHERE d.metric LIKE 'drop\_%' ESCAPE '\' AND d.population = 'selected'
 ORDER BY d.model, d.method <> 'dense', d.method, d.structure, d.sparsity, d.dataset, d.lang,
@@ -83,11 +80,9 @@ SELECT d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang, d.n_items,
        c.value AS acc_candidates, o.value AS acc_open,
        d.value AS delta_pr, d.ci_low, d.ci_high
 FROM rates d
-JOIN rates c
-  ON c.metric = 'acc_candidates' AND c.population = 'selected'
- AND (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
-JOIN rates o
-  ON o.metric = 'acc_open' AND o.population = 'selected'
- AND (o.model, o.method, o.structure, o.sparsity, o.dataset, o.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
+JOIN rate_of('acc_candidates', 'selected') c
+  ON (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
+JOIN rate_of('acc_open', 'selected') o
+  ON (o.model, o.method, o.structure, o.sparsity, o.dataset, o.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
 WHERE d.metric = 'delta_pr' AND d.population = 'selected'
 ORDER BY d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang;

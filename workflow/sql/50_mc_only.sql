@@ -41,22 +41,17 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        dm.value AS demoted_rate, dm.ci_low AS demoted_ci_low, dm.ci_high AS demoted_ci_high,
        er.value AS erased_rate, er.ci_low AS erased_ci_low, er.ci_high AS erased_ci_high
 FROM counts c
-LEFT JOIN rates m
-  ON m.metric = 'mc_only' AND m.population = 'selected'
- AND (m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rates f
-  ON f.metric = 'mc_only' AND f.population = 'selected' AND f.method = 'dense'
+LEFT JOIN rate_of('mc_only', 'selected') m
+  ON (m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only', 'selected') f
+  ON f.method = 'dense'
  AND (f.model, f.dataset, f.lang) = (c.model, c.dataset, c.lang)
-LEFT JOIN rates g
-  ON g.metric = 'mc_only_guess_adj' AND g.population = 'selected'
- AND (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rates ca
-  ON ca.metric = 'acc_mc_chance_adj' AND ca.population = 'selected'
- AND (ca.model, ca.method, ca.structure, ca.sparsity, ca.dataset, ca.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rates dm
-  ON dm.metric = 'demoted' AND dm.population = 'selected'
- AND (dm.model, dm.method, dm.structure, dm.sparsity, dm.dataset, dm.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rates er
-  ON er.metric = 'erased' AND er.population = 'selected'
- AND (er.model, er.method, er.structure, er.sparsity, er.dataset, er.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_guess_adj', 'selected') g
+  ON (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('acc_mc_chance_adj', 'selected') ca
+  ON (ca.model, ca.method, ca.structure, ca.sparsity, ca.dataset, ca.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('demoted', 'selected') dm
+  ON (dm.model, dm.method, dm.structure, dm.sparsity, dm.dataset, dm.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('erased', 'selected') er
+  ON (er.model, er.method, er.structure, er.sparsity, er.dataset, er.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 ORDER BY c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang;

@@ -17,12 +17,10 @@ SELECT r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang,
        f.value AS false_recovery_rate, f.ci_low AS false_ci_low, f.ci_high AS false_ci_high,
        c.value AS corrected_rate, c.ci_low AS corrected_ci_low, c.ci_high AS corrected_ci_high
 FROM rates r
-LEFT JOIN rates f
-  ON f.metric = 'f' || r.metric AND f.population = 'selected'
- AND (f.model, f.method, f.structure, f.sparsity, f.dataset, f.lang) = (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang)
-LEFT JOIN rates c
-  ON c.metric = 'c' || r.metric AND c.population = 'selected'
- AND (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang) = (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang)
+LEFT JOIN rate_of('f' || r.metric, 'selected') f
+  ON (f.model, f.method, f.structure, f.sparsity, f.dataset, f.lang) = (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang)
+LEFT JOIN rate_of('c' || r.metric, 'selected') c
+  ON (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang) = (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang)
 JOIN mc_only m
   ON (m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang) = (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang)
 WHERE r.metric LIKE 'rec\_%' ESCAPE '\' AND r.population = 'selected'

@@ -27,11 +27,10 @@ SELECT a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang,
 FROM rates a
 JOIN n_sel s
   ON (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
-LEFT JOIN rates d
-  ON d.metric = replace(a.metric, 'oacc_', 'odrop_') AND d.population = 'selected'
- AND (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
-LEFT JOIN rates dense
-  ON dense.metric = a.metric AND dense.population = 'selected' AND dense.method = 'dense' AND a.method <> 'dense'
+LEFT JOIN rate_of(replace(a.metric, 'oacc_', 'odrop_'), 'selected') d
+  ON (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rate_of(a.metric, 'selected') dense
+  ON dense.method = 'dense' AND a.method <> 'dense'
  AND (dense.model, dense.dataset, dense.lang) = (a.model, a.dataset, a.lang)
 WHERE a.metric LIKE 'oacc\_%' ESCAPE '\' AND a.population = 'selected'
 ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang,

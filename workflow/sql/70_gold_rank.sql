@@ -9,30 +9,31 @@
 -- character, as for most CJK, Indic, Thai and Greek golds under a byte-level BPE) have no rank
 -- here: they are counted in n_partial and left out of n_items, the quantiles and the top-k shares.
 -- median, q25, q75 of the rank (interpolated medians: 3.5 can appear); top1/top5/top10 = share of
--- items whose gold rank is <= 1/5/10, with 95% bootstrap intervals from `rates`.
+-- items whose gold rank is <= 1/5/10, with 95% bootstrap intervals from `rates` (metrics
+-- top<k>_<item_group>; population 'pool' for dense_failed, 'selected' for the others).
 -- median_logprob_answer: the median teacher-forced log-prob of the whole gold, every item (no split).
 CREATE OR REPLACE TABLE gold_rank AS
 WITH grouped AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, gold_token_partial,
-           gold_logprob_answer, 'mc_only' AS item_group
+           gold_logprob_answer, 'mc_only' AS item_group, 'selected' AS population
     FROM item_outcomes WHERE mc_only
     UNION ALL
     SELECT model, method, structure, sparsity, dataset, lang, item_id, gold_rank, gold_token_partial,
-           gold_logprob_answer, 'open_correct'
+           gold_logprob_answer, 'open_correct', 'selected'
     FROM item_outcomes WHERE open_correct
     UNION ALL
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
            any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy' AND NOT coalesce(gold_token_partial, false)),
            any_value(gold_token_partial) FILTER (WHERE format = 'open' AND decode = 'greedy'),
            any_value(gold_logprob_answer) FILTER (WHERE format = 'open' AND decode = 'greedy'),
-           'dense_failed'
+           'dense_failed', 'pool'
     FROM pool
     GROUP BY ALL
     HAVING NOT bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')
 ),
 summary AS (
     SELECT model, method, structure, sparsity,
-           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, item_group,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, item_group, population,
            count(gold_rank) AS n_items,
            count(*) FILTER (WHERE gold_token_partial) AS n_partial,
            quantile_cont(gold_rank, 0.5)  AS median,
@@ -40,8 +41,8 @@ summary AS (
            quantile_cont(gold_rank, 0.75) AS q75,
            quantile_cont(gold_logprob_answer, 0.5) AS median_logprob_answer
     FROM grouped
-    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, item_group),
-                            (model, method, structure, sparsity, item_group))
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, item_group, population),
+                            (model, method, structure, sparsity, item_group, population))
 )
 SELECT s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang, s.item_group, s.n_items, s.n_partial,
        s.median, s.q25, s.q75, s.median_logprob_answer,
@@ -49,12 +50,12 @@ SELECT s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang, s.item_gro
        t5.value AS top5, t5.ci_low AS top5_ci_low, t5.ci_high AS top5_ci_high,
        t10.value AS top10, t10.ci_low AS top10_ci_low, t10.ci_high AS top10_ci_high
 FROM summary s
-LEFT JOIN rates t1 ON t1.metric = 'top1_' || s.item_group
- AND (t1.model, t1.method, t1.structure, t1.sparsity, t1.dataset, t1.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
-LEFT JOIN rates t5 ON t5.metric = 'top5_' || s.item_group
- AND (t5.model, t5.method, t5.structure, t5.sparsity, t5.dataset, t5.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
-LEFT JOIN rates t10 ON t10.metric = 'top10_' || s.item_group
- AND (t10.model, t10.method, t10.structure, t10.sparsity, t10.dataset, t10.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+LEFT JOIN rate_of('top1_' || s.item_group, s.population) t1
+  ON (t1.model, t1.method, t1.structure, t1.sparsity, t1.dataset, t1.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+LEFT JOIN rate_of('top5_' || s.item_group, s.population) t5
+  ON (t5.model, t5.method, t5.structure, t5.sparsity, t5.dataset, t5.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
+LEFT JOIN rate_of('top10_' || s.item_group, s.population) t10
+  ON (t10.model, t10.method, t10.structure, t10.sparsity, t10.dataset, t10.lang) = (s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang)
 ORDER BY s.model, s.method, s.structure, s.sparsity, s.dataset, s.lang,
          array_position(['mc_only', 'open_correct', 'dense_failed'], s.item_group);
 

@@ -51,7 +51,8 @@ WITH joined AS (
     JOIN concept_activations a USING (model, dataset, lang, item_id)
     WHERE o.method <> 'dense' AND a.activation > 0
 ),
-rates AS (
+concept_rates AS (
+    -- the weighted MC-only, demoted and erased rates (named apart from the metric table `rates`)
     SELECT model, method, structure, sparsity, coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
            concept, count(*) AS support, sum(activation) AS weight,
            sum(activation * mc_only::DOUBLE) FILTER (WHERE mc_only IS NOT NULL)
@@ -120,7 +121,7 @@ SELECT r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang, r.concept,
        c.expected_drop_open, c.drop_open - c.expected_drop_open AS excess_open,
        c.expected_drop_candidates, c.drop_candidates - c.expected_drop_candidates AS excess_candidates,
        c.expected_drop_mc, c.drop_mc - c.expected_drop_mc AS excess_mc
-FROM rates r
+FROM concept_rates r
 LEFT JOIN drops c USING (model, method, structure, sparsity, dataset, lang, concept)
 JOIN concept_labels l USING (model, concept)
 ORDER BY r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang, r.concept;
