@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, _judge_row, evaluate_items
+from benchmark_illusion.decoding import judge_row
+from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, evaluate_items
 from benchmark_illusion.prompts import PromptSettings, build_prompt
 from conftest import make_tiny_model
 
@@ -142,7 +143,8 @@ def test_whole_gold_logprob_equals_the_mc_score_of_the_gold_option(tiny, bundled
 ])
 def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(bundled_tokenizer, gold, visible, partial):
     """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces are flagged."""
-    from benchmark_illusion.evaluate import Tokens, _gold_continuations, _gold_rank
+    from benchmark_illusion.decoding import Tokens
+    from benchmark_illusion.evaluate import _gold_continuations, _gold_rank
     from benchmark_illusion.engine import ContinuationScores
 
     toks = Tokens(bundled_tokenizer, PromptSettings())
@@ -221,7 +223,7 @@ LETTERS_STYLE = EvalSettings(prompt=PromptSettings(candidates_style="letters"))
 )
 def test_candidates_rows_are_judged_by_judge_candidates(output, pred_option, answer_norm, correct):
     item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
-    row = _judge_row(output, item, LETTERS_STYLE, "candidates")
+    row = judge_row(output, item, LETTERS_STYLE, "candidates")
     assert (row["pred_option"], row["answer_norm"], row["correct"]) == (pred_option, answer_norm, correct)
     assert row["options_named"] == (2 if pred_option is None and "," in output else int(pred_option is not None))
 
@@ -229,20 +231,20 @@ def test_candidates_rows_are_judged_by_judge_candidates(output, pred_option, ans
 def test_candidates_bullets_style_ignores_letters():
     item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
     bullets = EvalSettings(prompt=PromptSettings(candidates_style="bullets"))
-    assert _judge_row("C", item, LETTERS_STYLE, "candidates")["correct"]
-    row = _judge_row("C", item, bullets, "candidates")
+    assert judge_row("C", item, LETTERS_STYLE, "candidates")["correct"]
+    row = judge_row("C", item, bullets, "candidates")
     assert not row["correct"] and row["pred_option"] is None and row["options_named"] == 0
-    assert _judge_row("1742", item, bullets, "candidates")["correct"]
+    assert judge_row("1742", item, bullets, "candidates")["correct"]
 
 
 def test_open_rows_log_hedge_repeat_and_options_named():
     item = ITEMS[1]  # options 1987, 42, 1931 (gold), 120
-    row = _judge_row("1931 or 1987", item, EvalSettings())
+    row = judge_row("1931 or 1987", item, EvalSettings())
     assert row["contains"] and row["hedge"] and not row["correct"] and row["options_named"] == 2
     assert "pred_option" not in row
-    row = _judge_row("1931 1931 1931", item, EvalSettings())
+    row = judge_row("1931 1931 1931", item, EvalSettings())
     assert row["repeat"] and not row["correct"] and row["options_named"] == 1
-    row = _judge_row("It was built in 1931.", item, EvalSettings())
+    row = judge_row("It was built in 1931.", item, EvalSettings())
     assert row["correct"] and not row["hedge"] and not row["repeat"]
 
 

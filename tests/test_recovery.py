@@ -112,7 +112,7 @@ LONG_GOLDS = [
 
 
 def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_tokenizer):
-    from benchmark_illusion.evaluate import Tokens, gold_tokens
+    from benchmark_illusion.decoding import Tokens, gold_tokens
 
     toks = Tokens(bundled_tokenizer, PromptSettings())
     need = {i["item_id"]: gold_tokens(toks, i["answers"]) for i in LONG_GOLDS + ITEMS_EX}
@@ -136,29 +136,29 @@ def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_token
 
 
 def test_batches_hold_one_budget_each():
-    from benchmark_illusion.evaluate import _batches
+    from benchmark_illusion.decoding import batches
 
     budgets = [6, 6, 30, 6, 30, 6, 6]
     order = sorted(range(7), key=lambda i: budgets[i])
-    batches = list(_batches(order, 3, budgets))
-    assert all(len({budgets[i] for i in b}) == 1 and len(b) <= 3 for b in batches)
-    assert sorted(i for b in batches for i in b) == list(range(7))
-    assert list(_batches(list(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
+    got = list(batches(order, 3, budgets))
+    assert all(len({budgets[i] for i in b}) == 1 and len(b) <= 3 for b in got)
+    assert sorted(i for b in got for i in b) == list(range(7))
+    assert list(batches(list(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
 
 
 def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_tokenizer):
-    from benchmark_illusion.evaluate import _judge_row, decoy_option
+    from benchmark_illusion.decoding import decoy_option, judge_row
 
     item = ITEMS[0]  # options Brennick, Port Alder (gold), 1887, the harbour
     assert decoy_option(item) == 2
-    row = _judge_row("1887", item, EvalSettings())
+    row = judge_row("1887", item, EvalSettings())
     assert row["decoy_option"] == 2 and row["decoy_correct"] and not row["correct"]
-    row = _judge_row("Port Alder", item, EvalSettings())
+    row = judge_row("Port Alder", item, EvalSettings())
     assert row["correct"] and not row["decoy_correct"]
     # the hedge rule applies to the decoy too: naming the gold beside it is not a false recovery
-    row = _judge_row("1887 or Port Alder", item, EvalSettings())
+    row = judge_row("1887 or Port Alder", item, EvalSettings())
     assert not row["decoy_correct"] and not row["correct"]
-    assert "decoy_correct" not in _judge_row("B", item, EvalSettings(), "candidates")
+    assert "decoy_correct" not in judge_row("B", item, EvalSettings(), "candidates")
     df = run(tiny, bundled_tokenizer, RecoverySettings.only("beam", "oneshot", scope="all"))
     gen = df.filter(pl.col("format").is_in(["open", "oneshot"]))
     assert gen["decoy_correct"].null_count() == 0

@@ -79,9 +79,8 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
 def eval_settings(params: dict, recovery: bool = True):
     """EvalSettings from the evaluate rule's params (params.evaluation); recovery decodes off
     when `recovery` is False (the pool's params carry no recovery settings)."""
-    from .evaluate import EvalSettings
     from .prompts import PromptSettings
-    from .recovery import RecoverySettings
+    from .settings import EvalSettings, RecoverySettings
 
     p, e, j = params["prompt"], params["evaluation"], params["judge"]
     rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings.only()

@@ -21,48 +21,20 @@ tokenizer). Every row logs its budget in `max_new_tokens`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
 import torch
 from tqdm import tqdm
 
 from . import engine
+from .decoding import batches, budgets, format_prompts, greedy_format, judge_row
 from .prompts import prompt_id
+from .settings import RecoverySettings
 
-
-@dataclass(frozen=True)
-class RecoverySettings:
-    """Which recovery decodes run, and how (config `evaluation.recovery`; the defaults are the
-    schema's: every decode on)."""
-
-    beam: bool = True
-    num_beams: int = 5
-    sample: bool = True
-    num_samples: int = 10
-    top_p: float = 0.9
-    temperature: float = 1.0
-    oneshot: bool = True
-    max_new_tokens: int = 16
-    scope: str = "mc_only"
-
-    @classmethod
-    def only(cls, *decodes: str, **kwargs) -> "RecoverySettings":
-        """Just these decodes ('beam', 'sample', 'oneshot'; none: recovery off)."""
-        unknown = set(decodes) - {"beam", "sample", "oneshot"}
-        if unknown:
-            raise ValueError(f"unknown recovery decodes {sorted(unknown)}")
-        return cls(**{d: d in decodes for d in ("beam", "sample", "oneshot")}, **kwargs)
-
-    @property
-    def any(self) -> bool:
-        return self.beam or self.sample or self.oneshot
+__all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
 
 
 def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule, base: dict,
                   exemplars: dict[str, dict], progress: bool) -> list[dict]:
     """Log rows of every enabled recovery decode on `rows` (already restricted to the scope)."""
-    from .evaluate import _batches, _judge_row, _prompts, budgets
-
     rec: RecoverySettings = settings.recovery
     floor = recovery_floor(settings)
     out: list[dict] = []
@@ -70,7 +42,7 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
         return out
     if rec.beam or rec.sample:
         budget = budgets(toks, rows, floor, settings.budget_margin)
-        texts, ids, order = _prompts(toks, settings, rows, "open", budget=budget)
+        texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
         stop_ids = sorted(stop.stop_ids)
         common = dict(pad_token_id=toks.pad_id, eos_token_id=stop_ids or None)
         passes = []
@@ -82,7 +54,7 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
                                           num_return_sequences=rec.num_samples)))
         for decode, kwargs in passes:
             bar = tqdm(total=len(rows), desc=f"{decode} {base['dataset']}/{base['lang']}", disable=not progress)
-            for n_batch, batch in enumerate(_batches(order, settings.batch_size, budget)):
+            for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
                 if decode == "sample":
                     # Seeded per batch: batches are fixed by length sorting, so reruns draw the same.
                     torch.manual_seed(settings.seed * 1_000_003 + n_batch)
@@ -97,16 +69,14 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
                         text = toks.tok.decode(gen, skip_special_tokens=True)
                         out.append(dict(
                             base, item_id=rows[i]["item_id"], format="open", decode=decode, sample=j,
-                            prompt_id=prompt_id(texts[i]), output=text, **_judge_row(text, rows[i], settings),
+                            prompt_id=prompt_id(texts[i]), output=text, **judge_row(text, rows[i], settings),
                             gold_option=rows[i]["gold_option"], n_prompt_tokens=len(ids[i]),
                             n_output_tokens=len(gen), max_new_tokens=budget[i], seconds=dt,
                         ))
                 bar.update(len(batch))
             bar.close()
     if rec.oneshot:
-        from .evaluate import _greedy_format
-
-        out += _greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars,
+        out += greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars,
                               max_new_tokens=floor)
     return out
 

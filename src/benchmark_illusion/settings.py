@@ -1,0 +1,54 @@
+"""Evaluation settings: what decides an evaluation's rows besides the checkpoint and the items
+(config `prompt`, `evaluation`, `judge`, `seed`; built from the evaluate rule's params by
+pipeline.eval_settings). Defaults equal the schema's (tests/test_config.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .prompts import PromptSettings
+
+FORMATS = ("open", "candidates", "mc")
+
+
+@dataclass(frozen=True)
+class RecoverySettings:
+    """Which recovery decodes run, and how (config `evaluation.recovery`; the defaults are the
+    schema's: every decode on)."""
+
+    beam: bool = True
+    num_beams: int = 5
+    sample: bool = True
+    num_samples: int = 10
+    top_p: float = 0.9
+    temperature: float = 1.0
+    oneshot: bool = True
+    max_new_tokens: int = 16
+    scope: str = "mc_only"
+
+    @classmethod
+    def only(cls, *decodes: str, **kwargs) -> "RecoverySettings":
+        """Just these decodes ('beam', 'sample', 'oneshot'; none: recovery off)."""
+        unknown = set(decodes) - {"beam", "sample", "oneshot"}
+        if unknown:
+            raise ValueError(f"unknown recovery decodes {sorted(unknown)}")
+        return cls(**{d: d in decodes for d in ("beam", "sample", "oneshot")}, **kwargs)
+
+    @property
+    def any(self) -> bool:
+        return self.beam or self.sample or self.oneshot
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """Everything that decides an evaluation's output besides the checkpoint and the items."""
+
+    prompt: PromptSettings = field(default_factory=PromptSettings)
+    formats: tuple[str, ...] = FORMATS
+    batch_size: int = 8
+    max_new_tokens: int = 32
+    budget_margin: int = 4
+    max_length_factor: float = 3.0
+    max_length_slack: int = 3
+    seed: int = 1234
+    recovery: RecoverySettings = field(default_factory=RecoverySettings.only)  # off unless asked
