@@ -27,6 +27,8 @@ import math
 import struct
 from pathlib import Path
 
+from .sources import ModelSourceError, resolve_gguf
+
 DEFAULT_PARAMS_B = 8.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -70,8 +72,6 @@ def _gguf_params(path: Path) -> int | None:
 
 def _gguf_path(cfg: dict, root: Path) -> Path | None:
     """The GGUF file of a gguf_file / gguf_package model, or None (other source, or not found)."""
-    from .sources import ModelSourceError, resolve_gguf
-
     if cfg.get("source") not in ("gguf_file", "gguf_package"):
         return None
     resolved = {**cfg, "path": str(root / cfg["path"])} if cfg["source"] == "gguf_file" else cfg

@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from .data import HUB_LANGUAGES, load_raw, raw_path_for
 from .sources import ModelSourceError, package_gguf
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -97,8 +98,6 @@ def _error_lines(err) -> list[str]:
 def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     """Problems a schema cannot express: files and packages that do not exist, languages a hub
     set lacks, evaluation formats that item selection needs."""
-    from .data import HUB_LANGUAGES, raw_path_for
-
     errors = []
     formats = (config.get("evaluation") or {}).get("formats")
     if formats is not None and not {"open", "mc"} <= set(formats):
@@ -182,8 +181,6 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     """Held-out calibration text comes from the datasets' passages: refuse a config whose local
     files hold fewer characters in all their passages than the tokens it asks for (a token
     covers at least one character; the exact count is checked when the windows are cut)."""
-    from .data import HUB_LANGUAGES, load_raw
-
     cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
     needs = set(pruning.get("methods", [])) - {"magnitude"}
     if cal.get("source", "heldout_items") != "heldout_items" or not needs:
@@ -213,7 +210,9 @@ def nm_patterns(pruning: dict) -> list[str]:
 
 
 def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
-    from .pruning.masks import parse_structure
+    from .pruning.masks import (
+        parse_structure,  # imports torch: only when pruning is configured
+    )
 
     errors = []
     blocksize = (pruning.get("sparsegpt") or {}).get("blocksize", 128)

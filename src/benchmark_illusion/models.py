@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from .io import atomic_path, sha256_file, write_json
+from .io import atomic_path, sha256_file, stable_hash, write_json
 from .sources import ModelSourceError, gguf_package_dir, resolve_gguf  # noqa: F401 (re-exported)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -42,8 +44,6 @@ def _plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     ("quantized with gguf and is not serializable"), although its weights are already
     de-quantised. A fresh model from the cleaned config accepts them unchanged.
     """
-    from transformers import AutoModelForCausalLM
-
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -56,8 +56,6 @@ def _plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 def load_source(cfg: dict) -> Imported:
     """Load the model and tokenizer a model config points to (any source)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     dtype = DTYPES[cfg.get("dtype", "float32")]
     trust = bool(cfg.get("trust_remote_code", False))
     source = cfg["source"]
@@ -93,8 +91,6 @@ def load_source(cfg: dict) -> Imported:
 
 def import_model(cfg: dict, out_dir: str | os.PathLike) -> dict:
     """Import the model of `cfg` into `out_dir` (atomically); return its provenance record."""
-    import transformers
-
     t0 = time.perf_counter()
     imported = load_source(cfg)
     prov = dict(imported.provenance)
@@ -113,8 +109,6 @@ def import_model(cfg: dict, out_dir: str | os.PathLike) -> dict:
 def load_checkpoint(path: str | os.PathLike, dtype: str = "float32", device: str = "cpu",
                     trust_remote_code: bool = False):
     """Load a saved checkpoint folder (safetensors only) and its tokenizer; model in eval mode."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     path = Path(path)
     if not (path / "config.json").is_file():
         raise ModelSourceError(f"not a model folder (no config.json): {path}")
@@ -128,8 +122,6 @@ def load_checkpoint(path: str | os.PathLike, dtype: str = "float32", device: str
 
 def checkpoint_hash(path: str | os.PathLike) -> str:
     """Short identity of a checkpoint: from its provenance weights hashes when present."""
-    from .io import stable_hash
-
     prov = Path(path) / "provenance.json"
     if prov.is_file():
         return stable_hash(json.loads(prov.read_text()).get("weights_sha256"))

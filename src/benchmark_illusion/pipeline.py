@@ -1,4 +1,6 @@
-"""One function per pipeline step, file in, file out; the Snakemake scripts only call these.
+"""One function per pipeline step, file in, file out, for the data, evaluation and pruning rules
+(the concept rules' steps are in sae_build.py and concepts.py, the aggregation's in
+aggregate.py and competency.py, figures in figures.py). Each takes its rule's params.
 
 Each function validates its inputs before any long computation and writes its outputs
 atomically, so an interrupted step leaves nothing that looks finished.
@@ -13,8 +15,22 @@ import time
 from pathlib import Path
 
 import polars as pl
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoTokenizer
 
-from .io import stable_hash, write_json, write_parquet
+from . import calibration as cal
+from .data import load_raw
+from .evaluate import RunMeta, evaluate_items
+from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
+from .items import build_items, validate_rows
+from .models import checkpoint_hash, load_checkpoint, resolve_device
+from .prompts import PromptSettings
+from .pruning.layerwise import PruneSettings, check_report, prune_model
+from .pruning.masks import parse_structure
+from .recovery import recovery_floor
+from .schema import LOG_SCHEMA
+from .settings import EvalSettings, RecoverySettings
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -33,8 +49,6 @@ def seeded_order(ids: list[str], seed: int) -> list[str]:
 
 def download_dataset(cfg: dict, lang: str, out: str | Path) -> dict:
     """Load one language of a dataset (hub or local) and store it in the raw Parquet schema."""
-    from .data import load_raw
-
     df = load_raw(cfg, lang)
     write_parquet(df, out)
     info = {"source": cfg["source"], "lang": lang, "rows": df.height}
@@ -50,8 +64,6 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
     counts ('items', with 'too_few_distractors'); the aggregation reads both into the
     `item_drops` table.
     """
-    from .items import build_items, validate_rows
-
     df = pl.read_parquet(raw)
     good, report = validate_rows(df, extractive=extractive)
     items, item_report = build_items(good, seed=seed, distractors=distractors)
@@ -79,9 +91,6 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
 def eval_settings(params: dict, recovery: bool = True):
     """EvalSettings from the evaluate rule's params (params.evaluation); recovery decodes off
     when `recovery` is False (the pool's params carry no recovery settings)."""
-    from .prompts import PromptSettings
-    from .settings import EvalSettings, RecoverySettings
-
     p, e, j = params["prompt"], params["evaluation"], params["judge"]
     rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings.only()
     return EvalSettings(
@@ -124,9 +133,6 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     threads: CPU threads for torch (None: torch's default).
     exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
     """
-    from .pruning.masks import parse_structure
-    from .schema import LOG_SCHEMA
-
     if structure != "none":
         structure = str(parse_structure(structure))  # logs say '2:4' where paths say '2of4'
     items = pl.read_parquet(items_path)
@@ -139,10 +145,7 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)
         return pl.DataFrame(schema=LOG_SCHEMA)
-    import torch
 
-    from .evaluate import RunMeta, evaluate_items
-    from .models import checkpoint_hash, load_checkpoint, resolve_device
 
     if threads:
         torch.set_num_threads(threads)
@@ -160,7 +163,6 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
     dt = time.perf_counter() - t0
     write_parquet(df, out)
-    from .recovery import recovery_floor
 
     is_recovery = (pl.col("decode") != "greedy") | (pl.col("format") == "oneshot")
     floor = pl.when(is_recovery).then(recovery_floor(settings)).otherwise(settings.max_new_tokens)
@@ -211,12 +213,6 @@ def calibration_file(settings: dict, seed: int, tokenizer_dir: str | Path, out: 
 
     settings: the rule's params (params.calibration: config `calibration` less its languages).
     """
-    from safetensors.torch import save_file
-    from transformers import AutoTokenizer
-
-    from . import calibration as cal
-    from .io import atomic_path
-
     c = settings
     if c["source"] == "heldout_items":
         docs = cal.heldout_passages(list(item_files), list(selected_files))
@@ -239,9 +235,6 @@ def prune_settings(params: dict, method: str, structure: str, sparsity: float):
     """PruneSettings for one grid point from the prune rule's params (params.prune: the batch
     size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
     raises ValueError for an inconsistent combination."""
-    from .pruning.layerwise import PruneSettings
-    from .pruning.masks import parse_structure
-
     kwargs = {}
     if method != "magnitude":
         kwargs["batch_size"] = params["batch_size"]
@@ -258,16 +251,8 @@ def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str |
     params: the rule's params (params.prune). device, trust_remote_code: where and how the
     dense model is loaded.
     """
-    from safetensors.torch import load_file
-
-    from .io import atomic_path, sha256_file
-    from .models import checkpoint_hash, load_checkpoint, resolve_device
-    from .pruning.layerwise import check_report, prune_model
-
     settings = prune_settings(params, method, structure, sparsity)  # fails before any work
     if threads:
-        import torch
-
         torch.set_num_threads(threads)
     net, tok = load_checkpoint(model_dir, params["dtype"], resolve_device(device), trust_remote_code)
     windows = load_file(str(calibration))["input_ids"] if calibration else None
