@@ -344,3 +344,104 @@ def test_readme_examples_validate():
     full = validate_config(paper)
     assert {d["source"] for d in full["datasets"].values()} == {"xquad_hub", "tydiqa_hub"}
     assert all(m["source"] == "hub" and m["revision"] for m in full["models"].values())
+
+
+# ----------------------------------------------------------------- one home for defaults
+
+
+def _dataclass_defaults(cls) -> dict:
+    from dataclasses import MISSING, fields
+
+    out = {}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return out
+
+
+def _plain(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+SETTINGS_IN_SCHEMA = [
+    # (dataclass, {field: schema key}); fields left out are listed in NOT_IN_SCHEMA with the reason
+    ("benchmark_illusion.settings.EvalSettings",
+     {"formats": "evaluation.formats", "batch_size": "evaluation.batch_size",
+      "max_new_tokens": "evaluation.max_new_tokens", "budget_margin": "evaluation.budget_margin",
+      "max_length_factor": "judge.max_length_factor", "max_length_slack": "judge.max_length_slack", "seed": "seed"}),
+    ("benchmark_illusion.settings.RecoverySettings",
+     {k: f"evaluation.recovery.{k}" for k in ("beam", "num_beams", "sample", "num_samples", "top_p", "temperature",
+                                              "oneshot", "max_new_tokens", "scope")}),
+    ("benchmark_illusion.prompts.PromptSettings",
+     {k: f"prompt.{k}" for k in ("answer_prefix", "chat_template", "system_prompt", "candidates_style",
+                                 "template_kwargs")}),
+    ("benchmark_illusion.pruning.layerwise.PruneSettings",
+     {"batch_size": "pruning.batch_size", "blocksize": "pruning.sparsegpt.blocksize",
+      "percdamp": "pruning.sparsegpt.percdamp"}),
+    ("benchmark_illusion.aggregate.MetricSettings",
+     {"seed": "seed", "bootstrap_replicates": "metrics.bootstrap_replicates", "ci_level": "metrics.ci_level"}),
+    ("benchmark_illusion.competency.GapSettings",
+     {**{k: f"concepts.gaps.{k}" for k in ("under_quantile", "over_quantile", "min_support", "stability_fraction",
+                                           "stability_repeats", "permutations", "fdr_q")},
+      "ci_level": "metrics.ci_level", "seed": "seed"}),
+    ("benchmark_illusion.sae_train.TrainSettings",
+     {**{k: f"concepts.sae.{k}" for k in ("width", "k", "epochs", "batch_tokens", "lr", "buffer_tokens", "aux_k",
+                                          "aux_coef", "dead_tokens")}, "seed": "seed"}),
+]
+NOT_IN_SCHEMA = {
+    # the pool's evaluation runs no recovery decode; the evaluate rule always passes its own
+    ("EvalSettings", "recovery"), ("EvalSettings", "prompt"),  # prompt: PromptSettings, checked on its own
+    ("PruneSettings", "method"), ("PruneSettings", "sparsity"), ("PruneSettings", "structure"),  # the grid point
+}
+
+
+@pytest.mark.parametrize("cls_path, keys", SETTINGS_IN_SCHEMA, ids=[c.rsplit(".", 1)[1] for c, _ in SETTINGS_IN_SCHEMA])
+def test_dataclass_defaults_are_the_schemas(cls_path, keys):
+    """Defaults live in the schema; a settings dataclass may repeat one only if it is equal."""
+    import importlib
+
+    from benchmark_illusion.config import schema_defaults
+
+    module, name = cls_path.rsplit(".", 1)
+    cls = getattr(importlib.import_module(module), name)
+    schema = schema_defaults()
+
+    def at(key):
+        node = schema
+        for part in key.split("."):
+            node = node[part]
+        return node
+
+    defaults = _dataclass_defaults(cls)
+    unmapped = set(defaults) - set(keys) - {f for c, f in NOT_IN_SCHEMA if c == name}
+    assert not unmapped, f"{name}: fields with a default but no schema key: {sorted(unmapped)}"
+    for field_name, key in keys.items():
+        assert _plain(defaults[field_name]) == at(key), f"{name}.{field_name} = {defaults[field_name]!r}, schema {key} = {at(key)!r}"
+
+
+def test_config_yaml_repeats_no_default_with_another_value():
+    """config/config.yaml may spell out a default for readers, but never a different value silently:
+    every key it sets to something other than the schema's default is a deliberate choice listed here."""
+    from benchmark_illusion.config import schema_defaults
+
+    chosen = {"items.pool_max": 300, "evaluation.max_new_tokens": 24, "pruning.methods": None,
+              "pruning.sparsities": None, "pruning.nm": None, "concepts.layer": 15}
+    shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    schema = schema_defaults()
+
+    def walk(cfg, sch, path):
+        for k, v in cfg.items():
+            key = f"{path}{k}"
+            if isinstance(v, dict) and isinstance(sch.get(k), dict):
+                yield from walk(v, sch[k], key + ".")
+            elif k in sch and v != sch[k]:
+                yield key, v
+
+    differ = dict(walk(shipped, schema, ""))
+    unexpected = {k: v for k, v in differ.items() if k not in chosen}
+    assert not unexpected, f"config.yaml differs from the schema's defaults without being listed: {unexpected}"
+    for k, v in chosen.items():
+        if v is not None:
+            assert differ.get(k) == v, f"{k}: config.yaml {differ.get(k)!r}, expected {v!r}"

@@ -46,7 +46,7 @@ class GapSettings:
     permutations: int = 1000
     fdr_q: float = 0.1
     ci_level: float = 0.95
-    seed: int = 0
+    seed: int = 1234
 
     def check(self) -> None:
         if not 0 <= self.under_quantile < self.over_quantile <= 1:

@@ -67,10 +67,6 @@ def prunable_linears(layer: nn.Module) -> dict[str, nn.Linear]:
     return {name: m for name, m in layer.named_modules() if isinstance(m, nn.Linear)}
 
 
-def _hidden(args, kwargs) -> torch.Tensor:
-    return args[0] if args else kwargs["hidden_states"]
-
-
 def _with_hidden(args, kwargs, hidden):
     if args:
         return (hidden, *args[1:]), kwargs
