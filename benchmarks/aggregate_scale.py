@@ -27,11 +27,18 @@ ROOT = Path(__file__).resolve().parents[1]
 SCALES = {
     "smoke": (1, 7, 2, 10),
     "default": (1, 13, 3, 30),
-    "paper": (3, 19, 21, 200),  # 3 methods x (5 sparsities + 2:4) + dense; 9 TyDiQA + 12 XQuAD languages
+    "paper": (
+        3,
+        19,
+        21,
+        200,
+    ),  # 3 methods x (5 sparsities + 2:4) + dense; 9 TyDiQA + 12 XQuAD languages
 }
 
 
-def synthesize(out: Path, models: int, checkpoints: int, benchmarks: int, items: int) -> tuple[list, list, list]:
+def synthesize(
+    out: Path, models: int, checkpoints: int, benchmarks: int, items: int
+) -> tuple[list, list, list]:
     import numpy as np
     import polars as pl
 
@@ -49,22 +56,77 @@ def synthesize(out: Path, models: int, checkpoints: int, benchmarks: int, items:
             pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang}).write_parquet(sel)
             sel_files.append(str(sel))
             for c in range(checkpoints):
-                method, sparsity = ("dense", 0.0) if c == 0 else (("magnitude", "wanda", "sparsegpt")[c % 3], 0.3 + 0.1 * (c % 5))
+                method, sparsity = (
+                    ("dense", 0.0)
+                    if c == 0
+                    else (("magnitude", "wanda", "sparsegpt")[c % 3], 0.3 + 0.1 * (c % 5))
+                )
                 lost = rng.random(items) < (0.0 if c == 0 else sparsity)
                 mc_ok = ~lost | (rng.random(items) < 0.5)
                 rows = []
-                base = dict(model=model, method=method, structure="none" if c == 0 else "unstructured",
-                            sparsity=sparsity, dataset="d", lang=lang, seed=0)
+                base = dict(
+                    model=model,
+                    method=method,
+                    structure="none" if c == 0 else "unstructured",
+                    sparsity=sparsity,
+                    dataset="d",
+                    lang=lang,
+                    seed=0,
+                )
                 for i, item in enumerate(ids):
                     r = dict(base, item_id=item, sample=0)
-                    rows += [dict(r, format="open", decode="greedy", correct=not lost[i], gold_rank=int(1 + 20 * lost[i])),
-                             dict(r, format="candidates", decode="greedy", correct=bool(rng.random() < 0.6)),
-                             dict(r, format="mc", decode="loglik", correct=bool(mc_ok[i]), correct_norm=bool(mc_ok[i]))]
+                    rows += [
+                        dict(
+                            r,
+                            format="open",
+                            decode="greedy",
+                            correct=not lost[i],
+                            gold_rank=int(1 + 20 * lost[i]),
+                        ),
+                        dict(
+                            r,
+                            format="candidates",
+                            decode="greedy",
+                            correct=bool(rng.random() < 0.6),
+                        ),
+                        dict(
+                            r,
+                            format="mc",
+                            decode="loglik",
+                            correct=bool(mc_ok[i]),
+                            correct_norm=bool(mc_ok[i]),
+                        ),
+                    ]
                     if lost[i] and mc_ok[i]:
-                        rows += [dict(r, format="open", decode="beam", sample=k, correct=bool(rng.random() < 0.2)) for k in range(5)]
-                        rows += [dict(r, format="open", decode="sample", sample=k, answer_norm=f"a{rng.integers(3)}",
-                                      correct=bool(rng.random() < 0.2)) for k in range(10)]
-                        rows.append(dict(r, format="oneshot", decode="greedy", correct=bool(rng.random() < 0.3)))
+                        rows += [
+                            dict(
+                                r,
+                                format="open",
+                                decode="beam",
+                                sample=k,
+                                correct=bool(rng.random() < 0.2),
+                            )
+                            for k in range(5)
+                        ]
+                        rows += [
+                            dict(
+                                r,
+                                format="open",
+                                decode="sample",
+                                sample=k,
+                                answer_norm=f"a{rng.integers(3)}",
+                                correct=bool(rng.random() < 0.2),
+                            )
+                            for k in range(10)
+                        ]
+                        rows.append(
+                            dict(
+                                r,
+                                format="oneshot",
+                                decode="greedy",
+                                correct=bool(rng.random() < 0.3),
+                            )
+                        )
                 path = out / "generations" / model / f"c{c}" / f"{lang}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 pl.DataFrame(rows, schema=LOG_SCHEMA).write_parquet(path)
@@ -84,8 +146,14 @@ def run_one(scale: str, replicates: int) -> dict:
         t_syn = time.perf_counter() - t0
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         t0 = time.perf_counter()
-        build_database(out / "illusion.duckdb", gen, sel, pool, sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql")),
-                       MetricSettings(seed=1, bootstrap_replicates=replicates))
+        build_database(
+            out / "illusion.duckdb",
+            gen,
+            sel,
+            pool,
+            sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql")),
+            MetricSettings(seed=1, bootstrap_replicates=replicates),
+        )
         seconds = time.perf_counter() - t0
         size = (out / "illusion.duckdb").stat().st_size / 2**20
         import duckdb
@@ -94,8 +162,16 @@ def run_one(scale: str, replicates: int) -> dict:
         n_rows = con.execute("SELECT count(*) FROM generations").fetchone()[0]
         n_weights = con.execute("SELECT count(*) FROM bootstrap_weights").fetchone()[0]
         con.close()
-    return dict(scale=scale, log_rows=n_rows, weight_rows=n_weights, synth_s=t_syn, seconds=seconds, db_mib=size,
-                rss_before_gib=rss_before, peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+    return dict(
+        scale=scale,
+        log_rows=n_rows,
+        weight_rows=n_weights,
+        synth_s=t_syn,
+        seconds=seconds,
+        db_mib=size,
+        rss_before_gib=rss_before,
+        peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    )
 
 
 def main() -> None:
@@ -109,20 +185,28 @@ def main() -> None:
         return
     results = []
     for scale in args.scales.split(","):
-        proc = subprocess.run([sys.executable, __file__, "--one", scale, "--replicates", str(args.replicates)],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--one", scale, "--replicates", str(args.replicates)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         print(f"# {scale}: done in {results[-1]['seconds']:.1f} s", file=sys.stderr)
     base = results[0]
     print(f"bootstrap replicates: {args.replicates}\n")
-    print("| scale | models x checkpoints x benchmarks x items | log rows | resample rows | aggregate s | x base | "
-          "peak RSS GiB | x base | DuckDB MiB |")
+    print(
+        "| scale | models x checkpoints x benchmarks x items | log rows | resample rows | aggregate s | x base | "
+        "peak RSS GiB | x base | DuckDB MiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         shape = " x ".join(map(str, SCALES[r["scale"]]))
-        print(f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['weight_rows']:,} | {r['seconds']:.1f} | "
-              f"{r['seconds'] / base['seconds']:.1f} | {r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.1f} | "
-              f"{r['db_mib']:.0f} |")
+        print(
+            f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['weight_rows']:,} | {r['seconds']:.1f} | "
+            f"{r['seconds'] / base['seconds']:.1f} | {r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.1f} | "
+            f"{r['db_mib']:.0f} |"
+        )
 
 
 if __name__ == "__main__":

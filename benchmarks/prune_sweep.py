@@ -51,24 +51,37 @@ def one(args) -> dict:
         check_report(report)
     seconds = time.perf_counter() - t0
     with torch.no_grad():
-        loss = sum(float(model(input_ids=held[i : i + 4], labels=held[i : i + 4]).loss) * len(held[i : i + 4])
-                   for i in range(0, len(held), 4)) / len(held)
-    return {"seconds": seconds, "loss": loss, "ppl": math.exp(loss),
-            "measured": None if report is None else report["measured_sparsity"],
-            "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+        loss = sum(
+            float(model(input_ids=held[i : i + 4], labels=held[i : i + 4]).loss)
+            * len(held[i : i + 4])
+            for i in range(0, len(held), 4)
+        ) / len(held)
+    return {
+        "seconds": seconds,
+        "loss": loss,
+        "ppl": math.exp(loss),
+        "measured": None if report is None else report["measured_sparsity"],
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--text", type=Path, default=Path("../shared/data/xquad/xquad.en.json"))
     ap.add_argument("--model-dir", type=Path, default=Path("resources/models/smollm2-135m"))
     ap.add_argument("--methods", nargs="+", default=["magnitude", "wanda", "sparsegpt"])
-    ap.add_argument("--sparsities", nargs="+", type=float, default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    ap.add_argument(
+        "--sparsities", nargs="+", type=float, default=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    )
     ap.add_argument("--structures", nargs="+", default=["unstructured", "2:4"])
     ap.add_argument("--n-windows", type=int, default=32)
     ap.add_argument("--held-windows", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--one", nargs=3, metavar=("METHOD", "STRUCTURE", "SPARSITY"), help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--one", nargs=3, metavar=("METHOD", "STRUCTURE", "SPARSITY"), help=argparse.SUPPRESS
+    )
     args = ap.parse_args()
 
     if args.one:
@@ -82,18 +95,41 @@ def main() -> None:
         import_model(BUNDLED, args.model_dir)
 
     def run(method, structure, sparsity):
-        cmd = [sys.executable, __file__, "--text", str(args.text), "--model-dir", str(args.model_dir),
-               "--n-windows", str(args.n_windows), "--held-windows", str(args.held_windows),
-               "--seq-len", str(args.seq_len), "--one", method, structure, str(sparsity)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--text",
+            str(args.text),
+            "--model-dir",
+            str(args.model_dir),
+            "--n-windows",
+            str(args.n_windows),
+            "--held-windows",
+            str(args.held_windows),
+            "--seq-len",
+            str(args.seq_len),
+            "--one",
+            method,
+            structure,
+            str(sparsity),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
         return json.loads(out.strip().splitlines()[-1])
 
     base = run("dense", "unstructured", 0.0)
-    print(f"calibration {args.n_windows} x {args.seq_len} tokens, held-out {args.held_windows} x {args.seq_len}; "
-          f"dense: loss {base['loss']:.3f}, ppl {base['ppl']:.1f}, peak RSS {base['peak_rss_gib']:.2f} GiB\n")
-    print("| method | structure | sparsity | measured | held-out loss | ppl | ppl / dense | prune s | s / magnitude | peak RSS GiB | RSS / dense |")
+    print(
+        f"calibration {args.n_windows} x {args.seq_len} tokens, held-out {args.held_windows} x {args.seq_len}; "
+        f"dense: loss {base['loss']:.3f}, ppl {base['ppl']:.1f}, peak RSS {base['peak_rss_gib']:.2f} GiB\n"
+    )
+    print(
+        "| method | structure | sparsity | measured | held-out loss | ppl | ppl / dense | prune s | s / magnitude | peak RSS GiB | RSS / dense |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    points = [(st, s) for st in args.structures for s in (args.sparsities if st == "unstructured" else [None])]
+    points = [
+        (st, s)
+        for st in args.structures
+        for s in (args.sparsities if st == "unstructured" else [None])
+    ]
     for st, s in points:
         mag_seconds = None
         for method in args.methods:
@@ -101,9 +137,12 @@ def main() -> None:
             if method == "magnitude":
                 mag_seconds = r["seconds"]
             ratio = f"{r['seconds'] / mag_seconds:.1f}x" if mag_seconds else "-"
-            print(f"| {method} | {st} | {s if s is not None else 'N/M'} | {r['measured']:.4f} | {r['loss']:.3f} | "
-                  f"{r['ppl']:.1f} | {r['ppl'] / base['ppl']:.2f} | {r['seconds']:.1f} | {ratio} | "
-                  f"{r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.2f} |", flush=True)
+            print(
+                f"| {method} | {st} | {s if s is not None else 'N/M'} | {r['measured']:.4f} | {r['loss']:.3f} | "
+                f"{r['ppl']:.1f} | {r['ppl'] / base['ppl']:.2f} | {r['seconds']:.1f} | {ratio} | "
+                f"{r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

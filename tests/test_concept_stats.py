@@ -27,7 +27,13 @@ import pytest
 import yaml
 
 from benchmark_illusion.__main__ import main
-from benchmark_illusion.competency import GapSettings, bh_qvalues, load_concept_tables, load_sae_fits, run_concept_sql
+from benchmark_illusion.competency import (
+    GapSettings,
+    bh_qvalues,
+    load_concept_tables,
+    load_sae_fits,
+    run_concept_sql,
+)
 from benchmark_illusion.config import ConfigError, validate_config
 from benchmark_illusion.figures import _concept_damage_figure
 from test_config import minimal
@@ -74,16 +80,51 @@ def activations():
 
 def write_concepts(tmp_path, acts, n_concepts=26, items=None):
     items = items or {lang: ids(lang) for lang in LANGS}
-    a = pl.DataFrame([{"model": "m", "dataset": "d", "lang": lang, "item_id": i, "concept": c, "activation": v}
-                      for lang, i, c, v in acts],
-                     schema={"model": pl.Utf8, "dataset": pl.Utf8, "lang": pl.Utf8, "item_id": pl.Utf8,
-                             "concept": pl.Int32, "activation": pl.Float32})
-    t = pl.DataFrame([{"model": "m", "dataset": "d", "lang": lang, "item_id": i, "n_tokens": 10, "n_excluded": 0}
-                      for lang, xs in items.items() for i in xs])
-    lab = pl.DataFrame({"model": ["m"] * n_concepts, "concept": list(range(n_concepts)),
-                        "label": [f"c{c}" for c in range(n_concepts)], "llm_label": [None] * n_concepts,
-                        "n_fired": [5] * n_concepts},
-                       schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8})
+    a = pl.DataFrame(
+        [
+            {
+                "model": "m",
+                "dataset": "d",
+                "lang": lang,
+                "item_id": i,
+                "concept": c,
+                "activation": v,
+            }
+            for lang, i, c, v in acts
+        ],
+        schema={
+            "model": pl.Utf8,
+            "dataset": pl.Utf8,
+            "lang": pl.Utf8,
+            "item_id": pl.Utf8,
+            "concept": pl.Int32,
+            "activation": pl.Float32,
+        },
+    )
+    t = pl.DataFrame(
+        [
+            {
+                "model": "m",
+                "dataset": "d",
+                "lang": lang,
+                "item_id": i,
+                "n_tokens": 10,
+                "n_excluded": 0,
+            }
+            for lang, xs in items.items()
+            for i in xs
+        ]
+    )
+    lab = pl.DataFrame(
+        {
+            "model": ["m"] * n_concepts,
+            "concept": list(range(n_concepts)),
+            "label": [f"c{c}" for c in range(n_concepts)],
+            "llm_label": [None] * n_concepts,
+            "n_fired": [5] * n_concepts,
+        },
+        schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8},
+    )
     paths = [tmp_path / "a.parquet", tmp_path / "t.parquet", tmp_path / "l.parquet"]
     for df, p in zip((a, t, lab), paths):
         df.write_parquet(p)
@@ -94,11 +135,15 @@ def synthetic(tmp_path, settings=SETTINGS, language_only=False):
     dense, pruned = [], []
     for lang in LANGS:
         for i, x in enumerate(ids(lang)):
-            dense += [row("dense", x, f, True, lang=lang, rank=1) for f in ("open", "candidates", "mc")]
+            dense += [
+                row("dense", x, f, True, lang=lang, rank=1) for f in ("open", "candidates", "mc")
+            ]
             lost = lost_open(lang, i, language_only)
-            pruned += [row("w", x, "open", not lost, lang=lang, rank=5 if lost else 1),
-                       row("w", x, "candidates", not lost, lang=lang),
-                       row("w", x, "mc", not lost_mc(lang, i), lang=lang)]
+            pruned += [
+                row("w", x, "open", not lost, lang=lang, rank=5 if lost else 1),
+                row("w", x, "candidates", not lost, lang=lang),
+                row("w", x, "mc", not lost_mc(lang, i), lang=lang),
+            ]
     con = build(tmp_path, dense + pruned, {lang: ids(lang) for lang in LANGS}, pool=dense)
     a, t, lab = write_concepts(tmp_path, activations())
     load_concept_tables(con, [a], [t], [lab])
@@ -112,7 +157,10 @@ def con(tmp_path_factory):
 
 
 def damage(con, lang="all"):
-    return {r["concept"]: r for r in con.sql(f"SELECT * FROM concept_damage WHERE lang = '{lang}'").pl().to_dicts()}
+    return {
+        r["concept"]: r
+        for r in con.sql(f"SELECT * FROM concept_damage WHERE lang = '{lang}'").pl().to_dicts()
+    }
 
 
 def a32(values):
@@ -150,9 +198,13 @@ def test_the_damaged_concept_is_found_and_the_language_concepts_are_not(con):
 def test_across_benchmarks_drop_and_expectation_average_the_benchmarks(con):
     d = damage(con)
     # concept 3: de (a = 1, pruned open right on 4 of 40) and es (a = 3, right on 28 of 40)
-    chi = {r[0]: r[1:] for r in con.execute(
-        """SELECT lang, chi_model, n_benchmarks, support FROM chi_model WHERE population = 'selected'
-           AND method = 'w' AND format = 'open' AND concept = 3""").fetchall()}
+    chi = {
+        r[0]: r[1:]
+        for r in con.execute(
+            """SELECT lang, chi_model, n_benchmarks, support FROM chi_model WHERE population = 'selected'
+           AND method = 'w' AND format = 'open' AND concept = 3"""
+        ).fetchall()
+    }
     assert chi["de"][0] == pytest.approx(0.1) and chi["es"][0] == pytest.approx(0.7)
     assert chi["all"] == pytest.approx((0.4, 2, 80))  # the mean of 0.1 and 0.7, not the pooled 0.55
     assert d[3]["drop_open"] == pytest.approx(0.6)
@@ -169,7 +221,9 @@ def test_chi_model_across_benchmarks_is_the_mean_of_the_benchmarks(con):
                      FROM chi_model WHERE dataset <> 'all' GROUP BY ALL)
         SELECT count(*) FROM chi_model a JOIN per p USING (population, method, sparsity, format, concept)
         WHERE a.dataset = 'all' AND (abs(a.chi_model - p.mean_chi) > 1e-12 OR a.n_benchmarks <> p.n
-                                     OR a.support <> p.support OR abs(a.accuracy - p.acc) > 1e-12)""").fetchall()[0][0]
+                                     OR a.support <> p.support OR abs(a.accuracy - p.acc) > 1e-12)""").fetchall()[
+        0
+    ][0]
     assert bad == 0
     n_all = con.execute("SELECT count(*) FROM chi_model WHERE dataset = 'all'").fetchall()[0][0]
     assert n_all > 0
@@ -178,13 +232,18 @@ def test_chi_model_across_benchmarks_is_the_mean_of_the_benchmarks(con):
 def test_the_intervals_reuse_the_metric_bootstrap(con):
     # concept 2 sits on every es item with one weight: its drop is es's drop on every resample, so
     # its interval is the rates table's (same bootstrap_weights, same percentile rule)
-    rates = {r[0]: r[1:] for r in con.execute("""SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w'
-                    AND lang = 'es' AND metric = 'drop_open' AND population = 'selected'""").fetchall()}
+    rates = {
+        r[0]: r[1:]
+        for r in con.execute("""SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w'
+                    AND lang = 'es' AND metric = 'drop_open' AND population = 'selected'""").fetchall()
+    }
     d = damage(con, "es")[2]
     assert (d["drop_open_ci_low"], d["drop_open_ci_high"]) == pytest.approx(rates["drop_open"])
     assert d["drop_open_ci_low"] < d["drop_open"] < d["drop_open_ci_high"]
     # ... and its excess over its language is 0 on every resample
-    assert (d["excess_open_ci_low"], d["excess_open_ci_high"]) == pytest.approx((0.0, 0.0), abs=1e-12)
+    assert (d["excess_open_ci_low"], d["excess_open_ci_high"]) == pytest.approx(
+        (0.0, 0.0), abs=1e-12
+    )
     # the damaged concept's excess interval excludes 0
     assert damage(con)[0]["excess_open_ci_low"] > 0
     n_boot = con.execute("SELECT min(n_boot), max(n_boot) FROM concept_damage_tests").fetchall()[0]
@@ -192,17 +251,30 @@ def test_the_intervals_reuse_the_metric_bootstrap(con):
 
 
 def test_q_values_are_benjamini_hochberg_over_the_supported_concepts(con):
-    groups = con.sql("""SELECT method, format, lang, list(p_value ORDER BY concept) AS p,
+    groups = (
+        con.sql("""SELECT method, format, lang, list(p_value ORDER BY concept) AS p,
                                list(q_value ORDER BY concept) AS q, count(*) AS m
-                        FROM concept_damage_tests WHERE supported GROUP BY ALL""").pl().to_dicts()
-    assert {(g["format"], g["lang"]) for g in groups} >= {("open", "all"), ("mc", "all"), ("open", "en")}
+                        FROM concept_damage_tests WHERE supported GROUP BY ALL""")
+        .pl()
+        .to_dicts()
+    )
+    assert {(g["format"], g["lang"]) for g in groups} >= {
+        ("open", "all"),
+        ("mc", "all"),
+        ("open", "en"),
+    }
     for g in groups:
         p, m = np.array(g["p"]), g["m"]
         # the definition: q_i = min over p_j >= p_i of m p_j / #{p <= p_j}, at most 1
         rank = np.array([(p <= x).sum() for x in p])
         expected = [min(1.0, min(m * p[j] / rank[j] for j in range(m) if p[j] >= x)) for x in p]
         assert g["q"] == pytest.approx(expected), g
-    assert con.execute("SELECT count(*) FROM concept_damage_tests WHERE NOT supported").fetchall()[0][0] == 0
+    assert (
+        con.execute("SELECT count(*) FROM concept_damage_tests WHERE NOT supported").fetchall()[0][
+            0
+        ]
+        == 0
+    )
 
 
 def test_bh_by_hand():
@@ -219,7 +291,11 @@ def test_p_values_are_seeded_and_counted_in_permutations(tmp_path, con):
     cols = "method, format, lang, concept, p_value, q_value, ci_low, ci_high"
     first = con.sql(f"SELECT {cols} FROM concept_damage_tests ORDER BY ALL").pl()
     (tmp_path / "again").mkdir()
-    again = synthetic(tmp_path / "again").sql(f"SELECT {cols} FROM concept_damage_tests ORDER BY ALL").pl()
+    again = (
+        synthetic(tmp_path / "again")
+        .sql(f"SELECT {cols} FROM concept_damage_tests ORDER BY ALL")
+        .pl()
+    )
     assert first.equals(again)
     (tmp_path / "other").mkdir()
     other = synthetic(tmp_path / "other", GapSettings(min_support=20, permutations=1000, seed=8))
@@ -227,9 +303,12 @@ def test_p_values_are_seeded_and_counted_in_permutations(tmp_path, con):
     assert not first["p_value"].equals(other["p_value"])
     # the permutations come from the settings: every p is k / (permutations + 1)
     k = first["p_value"].to_numpy() * 1001
-    assert np.allclose(k, np.round(k)) and con.execute("SELECT DISTINCT n_perm FROM concept_damage_tests").fetchall() \
-        == [(1000,)]
-    s = con.execute("SELECT permutations, fdr_q, ci_level, min_support, seed FROM concept_damage_settings").fetchall()
+    assert np.allclose(k, np.round(k)) and con.execute(
+        "SELECT DISTINCT n_perm FROM concept_damage_tests"
+    ).fetchall() == [(1000,)]
+    s = con.execute(
+        "SELECT permutations, fdr_q, ci_level, min_support, seed FROM concept_damage_settings"
+    ).fetchall()
     assert s == [(1000, 0.1, 0.95, 20, 7)]
 
 
@@ -241,33 +320,48 @@ def test_permutations_stay_within_a_language(tmp_path):
     dense, pruned = [], []
     for lang, xs in items.items():
         for x in xs:
-            dense += [row("dense", x, f, True, lang=lang, rank=1) for f in ("open", "candidates", "mc")]
+            dense += [
+                row("dense", x, f, True, lang=lang, rank=1) for f in ("open", "candidates", "mc")
+            ]
             lost = lang == "es" or x in ("e1", "e2")
-            pruned += [row("w", x, "open", not lost, lang=lang, rank=1), row("w", x, "candidates", True, lang=lang),
-                       row("w", x, "mc", True, lang=lang)]
+            pruned += [
+                row("w", x, "open", not lost, lang=lang, rank=1),
+                row("w", x, "candidates", True, lang=lang),
+                row("w", x, "mc", True, lang=lang),
+            ]
     con = build(tmp_path, dense + pruned, items, pool=dense)
     acts = [("en", "e1", 0, 1.0), ("en", "e2", 0, 1.0), ("es", "s1", 1, 1.0)]
     a, t, lab = write_concepts(tmp_path, acts, n_concepts=2, items=items)
     load_concept_tables(con, [a], [t], [lab])
     run_concept_sql(con, CONCEPT_SQL, GapSettings(min_support=2, permutations=20000, seed=1))
-    p = dict(con.execute("""SELECT lang, p_value FROM concept_damage_tests WHERE concept = 0
-                            AND format = 'open'""").fetchall())
+    p = dict(
+        con.execute("""SELECT lang, p_value FROM concept_damage_tests WHERE concept = 0
+                            AND format = 'open'""").fetchall()
+    )
     assert p["en"] == pytest.approx(1 / 6, abs=0.015) and p["all"] == pytest.approx(p["en"])
     # mc and candidates lost nothing: every permutation ties the observed 0, p = 1
-    mc = con.execute("SELECT max(p_value), min(p_value) FROM concept_damage_tests WHERE format = 'mc'").fetchall()
+    mc = con.execute(
+        "SELECT max(p_value), min(p_value) FROM concept_damage_tests WHERE format = 'mc'"
+    ).fetchall()
     assert mc == [(1.0, 1.0)]
 
 
 def test_pure_language_damage_has_no_significant_concept(tmp_path):
     con = synthetic(tmp_path, language_only=True)
-    structured = con.execute("SELECT count(*) FROM concept_damage WHERE concept < 6 AND significant_open").fetchall()
+    structured = con.execute(
+        "SELECT count(*) FROM concept_damage WHERE concept < 6 AND significant_open"
+    ).fetchall()
     assert structured == [(0,)]
     # en's losses (i % 5 < 2) fall on concept 0 in proportion: no excess
     assert damage(con)[0]["excess_open"] == pytest.approx(0.0, abs=0.05)
 
 
 def test_dense_gaps_on_the_selected_items_are_left_out(con):
-    kinds = dict(con.execute("""SELECT population || '/' || method, count(*) FROM model_gaps GROUP BY 1""").fetchall())
+    kinds = dict(
+        con.execute(
+            """SELECT population || '/' || method, count(*) FROM model_gaps GROUP BY 1"""
+        ).fetchall()
+    )
     assert "selected/dense" not in kinds and kinds.get("selected/w", 0) > 0
 
 
@@ -293,9 +387,24 @@ def test_config_defaults_and_limits():
 def _copy(con, tmp_path) -> Path:
     """The in-memory database as a file, with an SAE fit row (the CLI prints it first)."""
     fit = tmp_path / "fit.json"
-    fit.write_text(json.dumps({"source": "train", "hook_name": "blocks.1.hook_resid_post", "d_sae": 26, "k": 2,
-                               "fve": 0.9, "l0": 2.0, "dead_fraction": 0.0, "pca_fve_same_k": 0.5,
-                               "heldout_positions": 10, "norm_threshold": 100.0, "corpus_tokens": 100, "seconds": 1}))
+    fit.write_text(
+        json.dumps(
+            {
+                "source": "train",
+                "hook_name": "blocks.1.hook_resid_post",
+                "d_sae": 26,
+                "k": 2,
+                "fve": 0.9,
+                "l0": 2.0,
+                "dead_fraction": 0.0,
+                "pca_fve_same_k": 0.5,
+                "heldout_positions": 10,
+                "norm_threshold": 100.0,
+                "corpus_tokens": 100,
+                "seconds": 1,
+            }
+        )
+    )
     load_sae_fits(con, {"m": str(fit)})
     db = tmp_path / "illusion.duckdb"
     con.execute(f"ATTACH '{db}' AS out")
@@ -309,25 +418,37 @@ def test_cli_lists_only_significant_concepts(tmp_path, con, capsys, monkeypatch)
     db = _copy(con, tmp_path)
     assert main(["--db", str(db), "concepts", "-n", "3"]) == 0
     out = capsys.readouterr().out
-    section = out[out.index("Significantly damaged concepts"):]
-    assert "c0" in section and "c1 " not in section and "no concept is significantly damaged" not in section
+    section = out[out.index("Significantly damaged concepts") :]
+    assert (
+        "c0" in section
+        and "c1 " not in section
+        and "no concept is significantly damaged" not in section
+    )
 
     (tmp_path / "null").mkdir()
     null = synthetic(tmp_path / "null", language_only=True)
-    assert null.execute("SELECT count(*) FROM concept_damage WHERE significant_open").fetchall()[0] == (0,)
+    assert null.execute("SELECT count(*) FROM concept_damage WHERE significant_open").fetchall()[
+        0
+    ] == (0,)
     db = _copy(null, tmp_path / "null")
     assert main(["--db", str(db), "concepts"]) == 0
     out = capsys.readouterr().out
-    assert "no concept is significantly damaged" in out[out.index("Significantly damaged concepts"):]
+    assert (
+        "no concept is significantly damaged" in out[out.index("Significantly damaged concepts") :]
+    )
 
 
 def test_figure_shows_only_significant_concepts(tmp_path, con):
     fig = _concept_damage_figure(con)
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
-    assert any(t.startswith("#0 c0") for t in labels) and not any(t.startswith("#1 ") for t in labels)
+    assert any(t.startswith("#0 c0") for t in labels) and not any(
+        t.startswith("#1 ") for t in labels
+    )
     (tmp_path / "null").mkdir()
     null = synthetic(tmp_path / "null", language_only=True)
-    assert null.execute("SELECT count(*) FROM concept_damage WHERE significant_open").fetchall()[0] == (0,)
+    assert null.execute("SELECT count(*) FROM concept_damage WHERE significant_open").fetchall()[
+        0
+    ] == (0,)
     fig = _concept_damage_figure(null)
     texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [fig._suptitle.get_text()]
     assert any("no concept is significantly damaged" in t for t in texts)
@@ -340,12 +461,16 @@ def test_report_views_list_the_significant_concepts(con):
                           WHERE dataset = 'all' AND significant_open ORDER BY excess_open DESC, q_open, concept""").fetchall()
     # one pruned checkpoint: every concept is at its method's peak
     assert got == [(*w, k, True) for k, w in enumerate(want, 1)] and 0 in {g[3] for g in got}
-    printed = con.execute("SELECT concept, drop_open_ci, q, rank FROM report_concept_damage ORDER BY rank").fetchall()
+    printed = con.execute(
+        "SELECT concept, drop_open_ci, q, rank FROM report_concept_damage ORDER BY rank"
+    ).fetchall()
     d = damage(con)
     assert [p[0] for p in printed] == [w[3] for w in want]
     c0 = next(p for p in printed if p[0] == 0)
     r = d[0]
-    assert c0[1] == f"{r['drop_open']:.2f} [{r['drop_open_ci_low']:.2f}, {r['drop_open_ci_high']:.2f}]"
+    assert (
+        c0[1] == f"{r['drop_open']:.2f} [{r['drop_open_ci_low']:.2f}, {r['drop_open_ci_high']:.2f}]"
+    )
     assert c0[2] == f"{r['q_open']:.2g}"
 
 
@@ -355,13 +480,17 @@ def test_cli_and_figure_read_the_report_views(tmp_path, con, capsys, monkeypatch
     db = _copy(con, tmp_path)
     out = duckdb.connect(str(db))
     for view in ("report_best_covered", "report_least_covered", "report_dense_gaps"):
-        out.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT 'm' AS model, 'from {view}' AS marker, 1 AS rank")
+        out.execute(
+            f"CREATE OR REPLACE VIEW {view} AS SELECT 'm' AS model, 'from {view}' AS marker, 1 AS rank"
+        )
     # concept 1 (German) is not significantly damaged: only the changed view lists it
     out.execute("""CREATE OR REPLACE VIEW report_damaged_concepts AS
                    SELECT * REPLACE ('from the view' AS label), 1 AS rank, true AS method_peak FROM concept_damage
                    WHERE dataset = 'all' AND concept = 1""")
-    out.execute("CREATE OR REPLACE VIEW report_damage_criteria AS SELECT 0.5 AS fdr_q, 0.8 AS ci_level, "
-                "7 AS permutations, 3 AS tested")
+    out.execute(
+        "CREATE OR REPLACE VIEW report_damage_criteria AS SELECT 0.5 AS fdr_q, 0.8 AS ci_level, "
+        "7 AS permutations, 3 AS tested"
+    )
     fig = _concept_damage_figure(out)
     labels = [t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
     assert labels and all(t.startswith("#1 from the view") for t in labels)
@@ -371,5 +500,5 @@ def test_cli_and_figure_read_the_report_views(tmp_path, con, capsys, monkeypatch
     printed = capsys.readouterr().out
     for view in ("report_best_covered", "report_least_covered", "report_dense_gaps"):
         assert f"from {view}" in printed
-    section = printed[printed.index("Significantly damaged concepts"):]
+    section = printed[printed.index("Significantly damaged concepts") :]
     assert "BH q < 0.5" in section and "from the view" in section

@@ -65,105 +65,338 @@ BAD = [
     ("unknown-pruning-key", _set("pruning", "ratios", [0.5]), "pruning.ratios", "unknown key"),
     ("sparsity-one", _set("pruning", "sparsities", [0.3, 1.0]), "pruning.sparsities.1", "maximum"),
     ("sparsity-negative", _set("pruning", "sparsities", [-0.1]), "pruning.sparsities.0", "minimum"),
-    ("unknown-method", _set("pruning", "methods", ["wanda", "random"]), "pruning.methods.1", "is not one of"),
+    (
+        "unknown-method",
+        _set("pruning", "methods", ["wanda", "random"]),
+        "pruning.methods.1",
+        "is not one of",
+    ),
     ("nm-n-not-below-m", _set("pruning", "nm", ["4:2"]), "pruning.nm[0]", "0 < N < M"),
-    ("nm-sparsity-mismatch", _set("pruning", "nm", [{"pattern": "2:4", "sparsity": 0.3}]), "pruning.nm[0].sparsity",
-     "N/M = 0.5"),
-    ("nm-blocksize", lambda c: c.update(pruning={"methods": ["sparsegpt"], "nm": ["3:8"], "sparsegpt": {"blocksize": 100}}),
-     "pruning.sparsegpt.blocksize", "multiple of M=8"),
-    ("methods-without-targets", _set("pruning", "methods", ["wanda"]), "pruning.sparsities", "no sparsity"),
-    ("calibration-files-missing-key", _set("calibration", "source", "text_files"), "calibration.paths", "required"),
-    ("calibration-file-not-found", _set("calibration", {"source": "text_files", "paths": ["/nonexistent.txt"]}),
-     "calibration.paths[0]", "not found"),
-    ("heldout-calibration-too-large", lambda c: c.update(pruning={"methods": ["wanda"], "sparsities": [0.5]},
-                                                         calibration={"n_windows": 128, "seq_len": 2048}),
-     "calibration", "passages"),
-    ("calibration-too-short", _set("calibration", {"source": "text_files", "paths": [str(ROOT / "README.md")],
-                                                   "n_windows": 1000, "seq_len": 2048}),
-     "calibration", "characters"),
-    ("unknown-nested-key", _set("evaluation", "batchsize", 4), "evaluation.batchsize", "unknown key"),
+    (
+        "nm-sparsity-mismatch",
+        _set("pruning", "nm", [{"pattern": "2:4", "sparsity": 0.3}]),
+        "pruning.nm[0].sparsity",
+        "N/M = 0.5",
+    ),
+    (
+        "nm-blocksize",
+        lambda c: c.update(
+            pruning={"methods": ["sparsegpt"], "nm": ["3:8"], "sparsegpt": {"blocksize": 100}}
+        ),
+        "pruning.sparsegpt.blocksize",
+        "multiple of M=8",
+    ),
+    (
+        "methods-without-targets",
+        _set("pruning", "methods", ["wanda"]),
+        "pruning.sparsities",
+        "no sparsity",
+    ),
+    (
+        "calibration-files-missing-key",
+        _set("calibration", "source", "text_files"),
+        "calibration.paths",
+        "required",
+    ),
+    (
+        "calibration-file-not-found",
+        _set("calibration", {"source": "text_files", "paths": ["/nonexistent.txt"]}),
+        "calibration.paths[0]",
+        "not found",
+    ),
+    (
+        "heldout-calibration-too-large",
+        lambda c: c.update(
+            pruning={"methods": ["wanda"], "sparsities": [0.5]},
+            calibration={"n_windows": 128, "seq_len": 2048},
+        ),
+        "calibration",
+        "passages",
+    ),
+    (
+        "calibration-too-short",
+        _set(
+            "calibration",
+            {
+                "source": "text_files",
+                "paths": [str(ROOT / "README.md")],
+                "n_windows": 1000,
+                "seq_len": 2048,
+            },
+        ),
+        "calibration",
+        "characters",
+    ),
+    (
+        "unknown-nested-key",
+        _set("evaluation", "batchsize", 4),
+        "evaluation.batchsize",
+        "unknown key",
+    ),
     ("unknown-model-key", _set("models", "m", "quant", "q4"), "models.m.quant", "unknown key"),
     ("wrong-type", _set("evaluation", "batch_size", "eight"), "evaluation.batch_size", "integer"),
     ("section-wrong-type", _set("evaluation", "fast"), "evaluation", "object"),
     ("batch-size-zero", _set("evaluation", "batch_size", 0), "evaluation.batch_size", "minimum"),
-    ("max-new-tokens-negative", _set("evaluation", "max_new_tokens", -1), "evaluation.max_new_tokens", "minimum"),
-    ("max-new-tokens-too-large", _set("evaluation", "max_new_tokens", 100_000), "evaluation.max_new_tokens", "maximum"),
-    ("unknown-format", _set("evaluation", "formats", ["open", "cloze"]), "evaluation.formats.1", "cloze"),
-    ("formats-without-mc", _set("evaluation", "formats", ["open", "candidates"]), "evaluation.formats",
-     "must include open and mc"),
+    (
+        "max-new-tokens-negative",
+        _set("evaluation", "max_new_tokens", -1),
+        "evaluation.max_new_tokens",
+        "minimum",
+    ),
+    (
+        "max-new-tokens-too-large",
+        _set("evaluation", "max_new_tokens", 100_000),
+        "evaluation.max_new_tokens",
+        "maximum",
+    ),
+    (
+        "unknown-format",
+        _set("evaluation", "formats", ["open", "cloze"]),
+        "evaluation.formats.1",
+        "cloze",
+    ),
+    (
+        "formats-without-mc",
+        _set("evaluation", "formats", ["open", "candidates"]),
+        "evaluation.formats",
+        "must include open and mc",
+    ),
     ("empty-formats", _set("evaluation", "formats", []), "evaluation.formats", "non-empty"),
     ("bad-device", _set("evaluation", "device", "gpu"), "evaluation.device", "does not match"),
-    ("unknown-dataset-source", _set("datasets", "d", "source", "squad"), "datasets.d.source", "not one of"),
-    ("unknown-model-source", _set("models", "m", "source", "ollama"), "models.m.source", "not one of"),
-    ("unknown-hub-language", _set("datasets", "x", {"source": "xquad_hub", "languages": ["en", "xx"]}),
-     "datasets.x.languages", "no language 'xx'"),
-    ("unknown-tydiqa-language", _set("datasets", "t", {"source": "tydiqa_hub", "languages": ["de"]}),
-     "datasets.t.languages", "no language 'de'"),
-    ("malformed-language-code", _set("datasets", "d", "languages", ["en", "English"]),
-     "datasets.d.languages.1", "does not match"),
-    ("duplicate-language", _set("datasets", "d", "languages", ["en", "en"]), "datasets.d.languages", "non-unique"),
+    (
+        "unknown-dataset-source",
+        _set("datasets", "d", "source", "squad"),
+        "datasets.d.source",
+        "not one of",
+    ),
+    (
+        "unknown-model-source",
+        _set("models", "m", "source", "ollama"),
+        "models.m.source",
+        "not one of",
+    ),
+    (
+        "unknown-hub-language",
+        _set("datasets", "x", {"source": "xquad_hub", "languages": ["en", "xx"]}),
+        "datasets.x.languages",
+        "no language 'xx'",
+    ),
+    (
+        "unknown-tydiqa-language",
+        _set("datasets", "t", {"source": "tydiqa_hub", "languages": ["de"]}),
+        "datasets.t.languages",
+        "no language 'de'",
+    ),
+    (
+        "malformed-language-code",
+        _set("datasets", "d", "languages", ["en", "English"]),
+        "datasets.d.languages.1",
+        "does not match",
+    ),
+    (
+        "duplicate-language",
+        _set("datasets", "d", "languages", ["en", "en"]),
+        "datasets.d.languages",
+        "non-unique",
+    ),
     ("no-languages", _set("datasets", "d", "languages", []), "datasets.d.languages", "non-empty"),
     ("empty-models", _set("models", {}), "models", "non-empty"),
     ("no-datasets", _drop("datasets"), "datasets", "required key is missing"),
     ("bad-model-name", _set("models", "bad name!", dict(BUNDLED)), "models", "does not match"),
-    ("gguf-package-without-package", _drop("models", "m", "package"), "models.m.package",
-     "required key is missing for source 'gguf_package'"),
-    ("hub-model-without-id", _set("models", "h", {"source": "hub", "revision": "main"}), "models.h.id",
-     "required key is missing for source 'hub'"),
-    ("gguf-file-without-path", _set("models", "g", {"source": "gguf_file"}), "models.g.path",
-     "required key is missing for source 'gguf_file'"),
-    ("squad-json-without-path", _drop("datasets", "d", "path"), "datasets.d.path",
-     "required key is missing for source 'squad_json'"),
-    ("dataset-without-source", _drop("datasets", "d", "source"), "datasets.d.source", "required key is missing"),
-    ("local-file-missing-for-one-language", _set("datasets", "d", "languages", ["en", "fr"]),
-     "datasets.d.path", "language 'fr' not found"),
-    ("gguf-file-not-found", _set("models", "g", {"source": "gguf_file", "path": str(ROOT / "nope.gguf")}),
-     "models.g.path", "not found"),
-    ("local-model-folder-not-found", _set("models", "l", {"source": "local", "path": str(ROOT / "nope")}),
-     "models.l.path", "not found"),
-    ("gguf-package-not-installed", _set("models", "m", "package", "llm-not-installed-xyz"),
-     "models.m.package", "not installed"),
-    ("gguf-package-dotted-name", _set("models", "m", "package", "nope_pkg_xyz.sub"),
-     "models.m.package", "not installed"),
-    ("gguf-package-file-not-in-package", _set("models", "m", "file", "Other.Q8_0.gguf"),
-     "models.m.file", "not found in package"),
-    ("chat-template-invalid", _set("prompt", "chat_template", "always"), "prompt.chat_template", "not one of"),
-    ("candidates-style-invalid", _set("prompt", "candidates_style", "numbers"), "prompt.candidates_style",
-     "not one of"),
-    ("template-kwargs-not-a-mapping", _set("prompt", "template_kwargs", ["enable_thinking"]),
-     "prompt.template_kwargs", "not of type 'object'"),
+    (
+        "gguf-package-without-package",
+        _drop("models", "m", "package"),
+        "models.m.package",
+        "required key is missing for source 'gguf_package'",
+    ),
+    (
+        "hub-model-without-id",
+        _set("models", "h", {"source": "hub", "revision": "main"}),
+        "models.h.id",
+        "required key is missing for source 'hub'",
+    ),
+    (
+        "gguf-file-without-path",
+        _set("models", "g", {"source": "gguf_file"}),
+        "models.g.path",
+        "required key is missing for source 'gguf_file'",
+    ),
+    (
+        "squad-json-without-path",
+        _drop("datasets", "d", "path"),
+        "datasets.d.path",
+        "required key is missing for source 'squad_json'",
+    ),
+    (
+        "dataset-without-source",
+        _drop("datasets", "d", "source"),
+        "datasets.d.source",
+        "required key is missing",
+    ),
+    (
+        "local-file-missing-for-one-language",
+        _set("datasets", "d", "languages", ["en", "fr"]),
+        "datasets.d.path",
+        "language 'fr' not found",
+    ),
+    (
+        "gguf-file-not-found",
+        _set("models", "g", {"source": "gguf_file", "path": str(ROOT / "nope.gguf")}),
+        "models.g.path",
+        "not found",
+    ),
+    (
+        "local-model-folder-not-found",
+        _set("models", "l", {"source": "local", "path": str(ROOT / "nope")}),
+        "models.l.path",
+        "not found",
+    ),
+    (
+        "gguf-package-not-installed",
+        _set("models", "m", "package", "llm-not-installed-xyz"),
+        "models.m.package",
+        "not installed",
+    ),
+    (
+        "gguf-package-dotted-name",
+        _set("models", "m", "package", "nope_pkg_xyz.sub"),
+        "models.m.package",
+        "not installed",
+    ),
+    (
+        "gguf-package-file-not-in-package",
+        _set("models", "m", "file", "Other.Q8_0.gguf"),
+        "models.m.file",
+        "not found in package",
+    ),
+    (
+        "chat-template-invalid",
+        _set("prompt", "chat_template", "always"),
+        "prompt.chat_template",
+        "not one of",
+    ),
+    (
+        "candidates-style-invalid",
+        _set("prompt", "candidates_style", "numbers"),
+        "prompt.candidates_style",
+        "not one of",
+    ),
+    (
+        "template-kwargs-not-a-mapping",
+        _set("prompt", "template_kwargs", ["enable_thinking"]),
+        "prompt.template_kwargs",
+        "not of type 'object'",
+    ),
     ("seed-negative", _set("seed", -1), "seed", "minimum"),
     ("seed-bool", _set("seed", True), "seed", "integer"),
     ("bad-dtype", _set("models", "m", "dtype", "int8"), "models.m.dtype", "not one of"),
-    ("judge-factor-zero", _set("judge", "max_length_factor", 0), "judge.max_length_factor", "less than or equal"),
+    (
+        "judge-factor-zero",
+        _set("judge", "max_length_factor", 0),
+        "judge.max_length_factor",
+        "less than or equal",
+    ),
     ("pool-max-zero", _set("items", "pool_max", 0), "items.pool_max", "minimum"),
-    ("distractors-invalid", _set("items", "distractors", "random"), "items.distractors", "not one of"),
-    ("dataset-named-all", lambda c: c["datasets"].update(all=c["datasets"].pop("d")), "datasets", "reserved"),
-    ("language-named-all", _set("datasets", "d", "languages", ["en", "all"]), "datasets.d.languages.1", "reserved"),
-    ("bootstrap-replicates-zero", _set("metrics", "bootstrap_replicates", 0), "metrics.bootstrap_replicates", "minimum"),
+    (
+        "distractors-invalid",
+        _set("items", "distractors", "random"),
+        "items.distractors",
+        "not one of",
+    ),
+    (
+        "dataset-named-all",
+        lambda c: c["datasets"].update(all=c["datasets"].pop("d")),
+        "datasets",
+        "reserved",
+    ),
+    (
+        "language-named-all",
+        _set("datasets", "d", "languages", ["en", "all"]),
+        "datasets.d.languages.1",
+        "reserved",
+    ),
+    (
+        "bootstrap-replicates-zero",
+        _set("metrics", "bootstrap_replicates", 0),
+        "metrics.bootstrap_replicates",
+        "minimum",
+    ),
     ("ci-level-one", _set("metrics", "ci_level", 1.0), "metrics.ci_level", "maximum"),
     ("unknown-metrics-key", _set("metrics", "seed", 3), "metrics.seed", "unknown key"),
-    ("calibration-language-not-configured", _set("calibration", "languages", ["en", "fr"]),
-     "calibration.languages[1]", "not a language of any dataset"),
-    ("calibration-languages-empty", _set("calibration", "languages", []), "calibration.languages", "non-empty"),
-    ("params-b-zero", _set("models", "m", "params_b", 0), "models.m.params_b", "less than or equal"),
-    ("sae-k-above-width", _set("concepts", "sae", {"width": 16, "k": 32}), "concepts.sae.k", "more than"),
+    (
+        "calibration-language-not-configured",
+        _set("calibration", "languages", ["en", "fr"]),
+        "calibration.languages[1]",
+        "not a language of any dataset",
+    ),
+    (
+        "calibration-languages-empty",
+        _set("calibration", "languages", []),
+        "calibration.languages",
+        "non-empty",
+    ),
+    (
+        "params-b-zero",
+        _set("models", "m", "params_b", 0),
+        "models.m.params_b",
+        "less than or equal",
+    ),
+    (
+        "sae-k-above-width",
+        _set("concepts", "sae", {"width": 16, "k": 32}),
+        "concepts.sae.k",
+        "more than",
+    ),
     ("sae-corpus-empty", _set("concepts", "sae", {"corpus": []}), "concepts.sae.corpus", "no text"),
-    ("sae-corpus-unknown", _set("concepts", "sae", {"corpus": ["wiki"]}), "concepts.sae.corpus.0", "not one of"),
-    ("sae-text-file-missing", _set("concepts", "sae", {"text_files": ["nope.txt"]}), "concepts.sae.text_files[0]",
-     "not found"),
-    ("gap-quantiles-crossed", _set("concepts", "gaps", {"under_quantile": 0.6, "over_quantile": 0.5}),
-     "concepts.gaps.under_quantile", "must be below"),
-    ("min-support-zero", _set("concepts", "gaps", {"min_support": 0}), "concepts.gaps.min_support", "minimum"),
-    ("sae-language-not-configured", _set("concepts", "sae", {"languages": ["fr"]}), "concepts.sae.languages[0]",
-     "not a language of any dataset"),
+    (
+        "sae-corpus-unknown",
+        _set("concepts", "sae", {"corpus": ["wiki"]}),
+        "concepts.sae.corpus.0",
+        "not one of",
+    ),
+    (
+        "sae-text-file-missing",
+        _set("concepts", "sae", {"text_files": ["nope.txt"]}),
+        "concepts.sae.text_files[0]",
+        "not found",
+    ),
+    (
+        "gap-quantiles-crossed",
+        _set("concepts", "gaps", {"under_quantile": 0.6, "over_quantile": 0.5}),
+        "concepts.gaps.under_quantile",
+        "must be below",
+    ),
+    (
+        "min-support-zero",
+        _set("concepts", "gaps", {"min_support": 0}),
+        "concepts.gaps.min_support",
+        "minimum",
+    ),
+    (
+        "sae-language-not-configured",
+        _set("concepts", "sae", {"languages": ["fr"]}),
+        "concepts.sae.languages[0]",
+        "not a language of any dataset",
+    ),
     ("layer-negative", _set("concepts", "layer", -1), "concepts.layer", "minimum"),
-    ("pretrained-sae-folder-missing", _set("models", "m", "sae", {"path": str(ROOT / "nope")}), "models.m.sae.path",
-     "not found"),
-    ("pretrained-sae-incomplete", _set("models", "m", "sae", {"release": "gemma-scope"}), "models.m.sae.sae_id",
-     "missing"),
-    ("labeler-without-model", _set("concepts", "labels", {"labeler": {"max_concepts": 3}}),
-     "concepts.labels.labeler.model", "missing"),
+    (
+        "pretrained-sae-folder-missing",
+        _set("models", "m", "sae", {"path": str(ROOT / "nope")}),
+        "models.m.sae.path",
+        "not found",
+    ),
+    (
+        "pretrained-sae-incomplete",
+        _set("models", "m", "sae", {"release": "gemma-scope"}),
+        "models.m.sae.sae_id",
+        "missing",
+    ),
+    (
+        "labeler-without-model",
+        _set("concepts", "labels", {"labeler": {"max_concepts": 3}}),
+        "concepts.labels.labeler.model",
+        "missing",
+    ),
 ]
 
 
@@ -175,7 +408,9 @@ def test_malformed_config_names_key_and_problem(mutate, key, problem):
         validate_config(cfg)
     lines = str(err.value).splitlines()[1:]
     # The problem is reported on the line of its key, as 'key.path: problem'.
-    assert any(line.strip().startswith(f"{key}:") and problem in line for line in lines), str(err.value)
+    assert any(line.strip().startswith(f"{key}:") and problem in line for line in lines), str(
+        err.value
+    )
 
 
 def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch):
@@ -186,12 +421,17 @@ def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = minimal()
     cfg["models"]["m"] = {"source": "gguf_package", "package": "fake-gguf-pkg-xyz"}
-    with pytest.raises(ConfigError, match=r"models\.m\.file: package 'fake-gguf-pkg-xyz' holds no \.gguf file"):
+    with pytest.raises(
+        ConfigError, match=r"models\.m\.file: package 'fake-gguf-pkg-xyz' holds no \.gguf file"
+    ):
         validate_config(cfg)
     (pkg / "a.gguf").write_bytes(b"")
     validate_config(cfg)
     (pkg / "b.gguf").write_bytes(b"")
-    with pytest.raises(ConfigError, match=r"models\.m\.file: .* holds 2 \.gguf files \(a\.gguf, b\.gguf\); name one"):
+    with pytest.raises(
+        ConfigError,
+        match=r"models\.m\.file: .* holds 2 \.gguf files \(a\.gguf, b\.gguf\); name one",
+    ):
         validate_config(cfg)
 
 
@@ -203,7 +443,12 @@ def test_every_schema_error_is_listed():
     with pytest.raises(ConfigError) as err:
         validate_config(cfg)
     msg = str(err.value)
-    for key in ("seed:", "evaluation.batch_size:", "evaluation.batchsize:", "prompt.chat_template:"):
+    for key in (
+        "seed:",
+        "evaluation.batch_size:",
+        "evaluation.batchsize:",
+        "prompt.chat_template:",
+    ):
         assert key in msg, msg
 
 
@@ -267,18 +512,37 @@ def assert_no_job_ran(workdir: Path):
 
 
 CLI_BAD = [
-    ("unknown-nested-key", _set("evaluation", "batchsize", 4), "evaluation.batchsize", "unknown key"),
+    (
+        "unknown-nested-key",
+        _set("evaluation", "batchsize", 4),
+        "evaluation.batchsize",
+        "unknown key",
+    ),
     ("wrong-type", _set("evaluation", "batch_size", "eight"), "evaluation.batch_size", "integer"),
-    ("unknown-hub-language", _set("datasets", "x", {"source": "xquad_hub", "languages": ["xx"]}),
-     "datasets.x.languages", "no language 'xx'"),
-    ("local-file-missing-for-one-language", _set("datasets", "d", "languages", ["en", "fr"]),
-     "datasets.d.path", "language 'fr' not found"),
-    ("gguf-package-not-installed", _set("models", "m", "package", "llm-not-installed-xyz"),
-     "models.m.package", "not installed"),
+    (
+        "unknown-hub-language",
+        _set("datasets", "x", {"source": "xquad_hub", "languages": ["xx"]}),
+        "datasets.x.languages",
+        "no language 'xx'",
+    ),
+    (
+        "local-file-missing-for-one-language",
+        _set("datasets", "d", "languages", ["en", "fr"]),
+        "datasets.d.path",
+        "language 'fr' not found",
+    ),
+    (
+        "gguf-package-not-installed",
+        _set("models", "m", "package", "llm-not-installed-xyz"),
+        "models.m.package",
+        "not installed",
+    ),
 ]
 
 
-@pytest.mark.parametrize("mutate,key,problem", [b[1:] for b in CLI_BAD], ids=[b[0] for b in CLI_BAD])
+@pytest.mark.parametrize(
+    "mutate,key,problem", [b[1:] for b in CLI_BAD], ids=[b[0] for b in CLI_BAD]
+)
 def test_cli_fails_before_any_job(tmp_path, mutate, key, problem):
     cfg = minimal()
     mutate(cfg)
@@ -367,37 +631,117 @@ def _plain(value):
 
 SETTINGS_IN_SCHEMA = [
     # (dataclass, {field: schema key}); fields left out are listed in NOT_IN_SCHEMA with the reason
-    ("benchmark_illusion.settings.EvalSettings",
-     {"formats": "evaluation.formats", "batch_size": "evaluation.batch_size",
-      "max_new_tokens": "evaluation.max_new_tokens", "budget_margin": "evaluation.budget_margin",
-      "max_length_factor": "judge.max_length_factor", "max_length_slack": "judge.max_length_slack", "seed": "seed"}),
-    ("benchmark_illusion.settings.RecoverySettings",
-     {k: f"evaluation.recovery.{k}" for k in ("beam", "num_beams", "sample", "num_samples", "top_p", "temperature",
-                                              "oneshot", "max_new_tokens", "scope")}),
-    ("benchmark_illusion.prompts.PromptSettings",
-     {k: f"prompt.{k}" for k in ("answer_prefix", "chat_template", "system_prompt", "candidates_style",
-                                 "template_kwargs")}),
-    ("benchmark_illusion.pruning.layerwise.PruneSettings",
-     {"batch_size": "pruning.batch_size", "blocksize": "pruning.sparsegpt.blocksize",
-      "percdamp": "pruning.sparsegpt.percdamp"}),
-    ("benchmark_illusion.aggregate.MetricSettings",
-     {"seed": "seed", "bootstrap_replicates": "metrics.bootstrap_replicates", "ci_level": "metrics.ci_level"}),
-    ("benchmark_illusion.competency.GapSettings",
-     {**{k: f"concepts.gaps.{k}" for k in ("under_quantile", "over_quantile", "min_support", "stability_fraction",
-                                           "stability_repeats", "permutations", "fdr_q")},
-      "ci_level": "metrics.ci_level", "seed": "seed"}),
-    ("benchmark_illusion.sae_train.TrainSettings",
-     {**{k: f"concepts.sae.{k}" for k in ("width", "k", "epochs", "batch_tokens", "lr", "buffer_tokens", "aux_k",
-                                          "aux_coef", "dead_tokens")}, "seed": "seed"}),
+    (
+        "benchmark_illusion.settings.EvalSettings",
+        {
+            "formats": "evaluation.formats",
+            "batch_size": "evaluation.batch_size",
+            "max_new_tokens": "evaluation.max_new_tokens",
+            "budget_margin": "evaluation.budget_margin",
+            "max_length_factor": "judge.max_length_factor",
+            "max_length_slack": "judge.max_length_slack",
+            "seed": "seed",
+        },
+    ),
+    (
+        "benchmark_illusion.settings.RecoverySettings",
+        {
+            k: f"evaluation.recovery.{k}"
+            for k in (
+                "beam",
+                "num_beams",
+                "sample",
+                "num_samples",
+                "top_p",
+                "temperature",
+                "oneshot",
+                "max_new_tokens",
+                "scope",
+            )
+        },
+    ),
+    (
+        "benchmark_illusion.prompts.PromptSettings",
+        {
+            k: f"prompt.{k}"
+            for k in (
+                "answer_prefix",
+                "chat_template",
+                "system_prompt",
+                "candidates_style",
+                "template_kwargs",
+            )
+        },
+    ),
+    (
+        "benchmark_illusion.pruning.layerwise.PruneSettings",
+        {
+            "batch_size": "pruning.batch_size",
+            "blocksize": "pruning.sparsegpt.blocksize",
+            "percdamp": "pruning.sparsegpt.percdamp",
+        },
+    ),
+    (
+        "benchmark_illusion.aggregate.MetricSettings",
+        {
+            "seed": "seed",
+            "bootstrap_replicates": "metrics.bootstrap_replicates",
+            "ci_level": "metrics.ci_level",
+        },
+    ),
+    (
+        "benchmark_illusion.competency.GapSettings",
+        {
+            **{
+                k: f"concepts.gaps.{k}"
+                for k in (
+                    "under_quantile",
+                    "over_quantile",
+                    "min_support",
+                    "stability_fraction",
+                    "stability_repeats",
+                    "permutations",
+                    "fdr_q",
+                )
+            },
+            "ci_level": "metrics.ci_level",
+            "seed": "seed",
+        },
+    ),
+    (
+        "benchmark_illusion.sae_train.TrainSettings",
+        {
+            **{
+                k: f"concepts.sae.{k}"
+                for k in (
+                    "width",
+                    "k",
+                    "epochs",
+                    "batch_tokens",
+                    "lr",
+                    "buffer_tokens",
+                    "aux_k",
+                    "aux_coef",
+                    "dead_tokens",
+                )
+            },
+            "seed": "seed",
+        },
+    ),
 ]
 NOT_IN_SCHEMA = {
     # the pool's evaluation runs no recovery decode; the evaluate rule always passes its own
-    ("EvalSettings", "recovery"), ("EvalSettings", "prompt"),  # prompt: PromptSettings, checked on its own
-    ("PruneSettings", "method"), ("PruneSettings", "sparsity"), ("PruneSettings", "structure"),  # the grid point
+    ("EvalSettings", "recovery"),
+    ("EvalSettings", "prompt"),  # prompt: PromptSettings, checked on its own
+    ("PruneSettings", "method"),
+    ("PruneSettings", "sparsity"),
+    ("PruneSettings", "structure"),  # the grid point
 }
 
 
-@pytest.mark.parametrize("cls_path, keys", SETTINGS_IN_SCHEMA, ids=[c.rsplit(".", 1)[1] for c, _ in SETTINGS_IN_SCHEMA])
+@pytest.mark.parametrize(
+    "cls_path, keys", SETTINGS_IN_SCHEMA, ids=[c.rsplit(".", 1)[1] for c, _ in SETTINGS_IN_SCHEMA]
+)
 def test_dataclass_defaults_are_the_schemas(cls_path, keys):
     """Defaults live in the schema; a settings dataclass may repeat one only if it is equal."""
     import importlib
@@ -418,7 +762,9 @@ def test_dataclass_defaults_are_the_schemas(cls_path, keys):
     unmapped = set(defaults) - set(keys) - {f for c, f in NOT_IN_SCHEMA if c == name}
     assert not unmapped, f"{name}: fields with a default but no schema key: {sorted(unmapped)}"
     for field_name, key in keys.items():
-        assert _plain(defaults[field_name]) == at(key), f"{name}.{field_name} = {defaults[field_name]!r}, schema {key} = {at(key)!r}"
+        assert _plain(defaults[field_name]) == at(key), (
+            f"{name}.{field_name} = {defaults[field_name]!r}, schema {key} = {at(key)!r}"
+        )
 
 
 def test_config_yaml_repeats_no_default_with_another_value():
@@ -426,8 +772,14 @@ def test_config_yaml_repeats_no_default_with_another_value():
     every key it sets to something other than the schema's default is a deliberate choice listed here."""
     from benchmark_illusion.config import schema_defaults
 
-    chosen = {"items.pool_max": 300, "evaluation.max_new_tokens": 24, "pruning.methods": None,
-              "pruning.sparsities": None, "pruning.nm": None, "concepts.layer": 15}
+    chosen = {
+        "items.pool_max": 300,
+        "evaluation.max_new_tokens": 24,
+        "pruning.methods": None,
+        "pruning.sparsities": None,
+        "pruning.nm": None,
+        "concepts.layer": 15,
+    }
     shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     schema = schema_defaults()
 
@@ -441,7 +793,9 @@ def test_config_yaml_repeats_no_default_with_another_value():
 
     differ = dict(walk(shipped, schema, ""))
     unexpected = {k: v for k, v in differ.items() if k not in chosen}
-    assert not unexpected, f"config.yaml differs from the schema's defaults without being listed: {unexpected}"
+    assert not unexpected, (
+        f"config.yaml differs from the schema's defaults without being listed: {unexpected}"
+    )
     for k, v in chosen.items():
         if v is not None:
             assert differ.get(k) == v, f"{k}: config.yaml {differ.get(k)!r}, expected {v!r}"

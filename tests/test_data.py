@@ -33,7 +33,12 @@ from benchmark_illusion.io import write_parquet
 # The hub's nested schema: answers is a struct of parallel lists, offsets are int32.
 HUB_ANSWERS = pa.struct([("text", pa.list_(pa.string())), ("answer_start", pa.list_(pa.int32()))])
 XQUAD_HUB_SCHEMA = pa.schema(
-    [("id", pa.string()), ("context", pa.string()), ("question", pa.string()), ("answers", HUB_ANSWERS)]
+    [
+        ("id", pa.string()),
+        ("context", pa.string()),
+        ("question", pa.string()),
+        ("answers", HUB_ANSWERS),
+    ]
 )
 TYDIQA_HUB_SCHEMA = pa.schema(
     [
@@ -124,7 +129,10 @@ def write_hub_mirror(root: Path, configs: dict[str, list[dict]], schema: pa.Sche
     lines = ["---", "configs:"]
     for name, rows in configs.items():
         (root / name).mkdir(parents=True)
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / name / "validation-00000-of-00001.parquet")
+        pq.write_table(
+            pa.Table.from_pylist(rows, schema=schema),
+            root / name / "validation-00000-of-00001.parquet",
+        )
         lines += [
             f"- config_name: {name}",
             "  data_files:",
@@ -138,7 +146,12 @@ def write_hub_mirror(root: Path, configs: dict[str, list[dict]], schema: pa.Sche
 
 def hub_row(id, context, question, texts, starts, title=None) -> dict:
     """One row in the hub's nested schema."""
-    out = {"id": id, "context": context, "question": question, "answers": {"text": texts, "answer_start": starts}}
+    out = {
+        "id": id,
+        "context": context,
+        "question": question,
+        "answers": {"text": texts, "answer_start": starts},
+    }
     if title is not None:
         out["title"] = title
     return out
@@ -146,11 +159,19 @@ def hub_row(id, context, question, texts, starts, title=None) -> dict:
 
 XQUAD_MIRROR = {
     "xquad.en": [
-        hub_row("q1", "Paris is the capital of France.", "What is the capital of France?", ["Paris"], [0]),
+        hub_row(
+            "q1",
+            "Paris is the capital of France.",
+            "What is the capital of France?",
+            ["Paris"],
+            [0],
+        ),
         hub_row("q2", "It has 3 parts.", "How many parts?", ["3", "3 parts"], [7, 7]),
     ],
     "xquad.de": [
-        hub_row("q1", "Paris ist die Hauptstadt Frankreichs.", "Was ist die Hauptstadt?", ["Paris"], [0]),
+        hub_row(
+            "q1", "Paris ist die Hauptstadt Frankreichs.", "Was ist die Hauptstadt?", ["Paris"], [0]
+        ),
     ],
 }
 
@@ -159,7 +180,14 @@ def expected_xquad_en() -> pl.DataFrame:
     """What every loader must return for XQUAD_MIRROR's English rows."""
     return raw_frame(
         [
-            row("q1", "en", "Paris is the capital of France.", "What is the capital of France?", ["Paris"], [0]),
+            row(
+                "q1",
+                "en",
+                "Paris is the capital of France.",
+                "What is the capital of France?",
+                ["Paris"],
+                [0],
+            ),
             row("q2", "en", "It has 3 parts.", "How many parts?", ["3", "3 parts"], [7, 7]),
         ]
     )
@@ -188,7 +216,16 @@ def test_xquad_hub_gives_exact_rows(xquad_mirror, offline_hf):
 def test_xquad_hub_picks_the_language_config(xquad_mirror):
     got = load_raw({"source": "xquad_hub", "hub_id": xquad_mirror, "split": "validation"}, "de")
     expected = raw_frame(
-        [row("q1", "de", "Paris ist die Hauptstadt Frankreichs.", "Was ist die Hauptstadt?", ["Paris"], [0])]
+        [
+            row(
+                "q1",
+                "de",
+                "Paris ist die Hauptstadt Frankreichs.",
+                "Was ist die Hauptstadt?",
+                ["Paris"],
+                [0],
+            )
+        ]
     )
     assert_frame_equal(got, expected)
 
@@ -213,14 +250,27 @@ def test_unreachable_hub_suggests_local_source(offline_hf, source):
         load_raw({"source": source}, "en")
     message = str(info.value)
     assert "local source" in message
-    assert ("google/xquad" if source == "xquad_hub" else "google-research-datasets/tydiqa") in message
+    assert (
+        "google/xquad" if source == "xquad_hub" else "google-research-datasets/tydiqa"
+    ) in message
 
 
 TYDIQA_MIRROR = {
     "secondary_task": [
-        hub_row("english-1-0", "Helsinki is big.", "What is big?", ["Helsinki"], [0], title="Helsinki"),
-        hub_row("arabic--2-0", "القاهرة مدينة كبيرة.", "ما هي المدينة الكبيرة؟", ["القاهرة"], [0], title="القاهرة"),
-        hub_row("finnish-3-1", "Helsinki on iso.", "Mikä on iso?", ["Helsinki"], [0], title="Helsinki"),
+        hub_row(
+            "english-1-0", "Helsinki is big.", "What is big?", ["Helsinki"], [0], title="Helsinki"
+        ),
+        hub_row(
+            "arabic--2-0",
+            "القاهرة مدينة كبيرة.",
+            "ما هي المدينة الكبيرة؟",
+            ["القاهرة"],
+            [0],
+            title="القاهرة",
+        ),
+        hub_row(
+            "finnish-3-1", "Helsinki on iso.", "Mikä on iso?", ["Helsinki"], [0], title="Helsinki"
+        ),
         hub_row("arabic-4-1", "الرباط عاصمة.", "ما هي العاصمة؟", [], [], title="الرباط"),
         hub_row("japanese-5-0", "東京は大きい。", "何が大きい？", ["東京"], [0], title="東京"),
     ]
@@ -236,7 +286,15 @@ def test_tydiqa_hub_keeps_only_the_requested_language(tydiqa_mirror):
     got = load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "ar")
     expected = raw_frame(
         [
-            row("arabic--2-0", "ar", "القاهرة مدينة كبيرة.", "ما هي المدينة الكبيرة؟", ["القاهرة"], [0], "القاهرة"),
+            row(
+                "arabic--2-0",
+                "ar",
+                "القاهرة مدينة كبيرة.",
+                "ما هي المدينة الكبيرة؟",
+                ["القاهرة"],
+                [0],
+                "القاهرة",
+            ),
             # No answers: kept, the later step counts it.
             row("arabic-4-1", "ar", "الرباط عاصمة.", "ما هي العاصمة؟", [], [], "الرباط"),
         ]
@@ -245,12 +303,18 @@ def test_tydiqa_hub_keeps_only_the_requested_language(tydiqa_mirror):
 
 
 def test_tydiqa_hub_maps_every_prefix(tydiqa_mirror):
-    assert load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "ja")["id"].to_list() == ["japanese-5-0"]
-    assert load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "fi")["id"].to_list() == ["finnish-3-1"]
+    assert load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "ja")["id"].to_list() == [
+        "japanese-5-0"
+    ]
+    assert load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "fi")["id"].to_list() == [
+        "finnish-3-1"
+    ]
 
 
 def test_tydiqa_hub_language_without_rows(tydiqa_mirror):
-    with pytest.raises(DatasetError, match=r"no rows for language 'sw'.*\['ar', 'en', 'fi', 'ja'\]"):
+    with pytest.raises(
+        DatasetError, match=r"no rows for language 'sw'.*\['ar', 'en', 'fi', 'ja'\]"
+    ):
         load_raw({"source": "tydiqa_hub", "hub_id": tydiqa_mirror}, "sw")
 
 
@@ -268,12 +332,27 @@ def test_tydiqa_language_mapping():
         "telugu": "te",
         "thai": "th",
     }
-    ids = pl.Series([f"{name}-123-0" for name in TYDIQA_LANGUAGES] + ["klingon-1-0", "english", None])
+    ids = pl.Series(
+        [f"{name}-123-0" for name in TYDIQA_LANGUAGES] + ["klingon-1-0", "english", None]
+    )
     assert tydiqa_language_of(ids).to_list() == list(TYDIQA_LANGUAGES.values()) + [None, None, None]
 
 
 def test_hub_language_lists():
-    assert XQUAD_LANGUAGES == ["ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh"]
+    assert XQUAD_LANGUAGES == [
+        "ar",
+        "de",
+        "el",
+        "en",
+        "es",
+        "hi",
+        "ro",
+        "ru",
+        "th",
+        "tr",
+        "vi",
+        "zh",
+    ]
     assert HUB_LANGUAGES == {
         "xquad_hub": XQUAD_LANGUAGES,
         "tydiqa_hub": ["ar", "bn", "en", "fi", "id", "ja", "ko", "ru", "sw", "te", "th"],
@@ -297,12 +376,19 @@ SQUAD_EN = {
                 {
                     "context": "Paris is the capital of France.",
                     "qas": [
-                        {"id": "a1", "question": "Capital?", "answers": [{"text": "Paris", "answer_start": 0}]},
+                        {
+                            "id": "a1",
+                            "question": "Capital?",
+                            "answers": [{"text": "Paris", "answer_start": 0}],
+                        },
                         {
                             "id": "a2",
                             "question": "Country?",
                             # A second answer without an offset becomes -1.
-                            "answers": [{"text": "France", "answer_start": 24}, {"text": "France."}],
+                            "answers": [
+                                {"text": "France", "answer_start": 24},
+                                {"text": "France."},
+                            ],
                         },
                     ],
                 }
@@ -310,7 +396,12 @@ SQUAD_EN = {
         },
         {
             "title": "Empty",
-            "paragraphs": [{"context": "Nothing here.", "qas": [{"id": "b1", "question": "What?", "answers": []}]}],
+            "paragraphs": [
+                {
+                    "context": "Nothing here.",
+                    "qas": [{"id": "b1", "question": "What?", "answers": []}],
+                }
+            ],
         },
     ],
 }
@@ -322,7 +413,13 @@ SQUAD_ZH = {
             "paragraphs": [
                 {
                     "context": "北京是中国的首都。",
-                    "qas": [{"id": "z1", "question": "中国的首都是哪里？", "answers": [{"text": "北京", "answer_start": 0}]}],
+                    "qas": [
+                        {
+                            "id": "z1",
+                            "question": "中国的首都是哪里？",
+                            "answers": [{"text": "北京", "answer_start": 0}],
+                        }
+                    ],
                 }
             ],
         }
@@ -335,8 +432,18 @@ def test_squad_json_gives_exact_rows(tmp_path):
     got = load_raw({"source": "squad_json", "path": path}, "en")
     expected = raw_frame(
         [
-            row("a1", "en", "Paris is the capital of France.", "Capital?", ["Paris"], [0], "France"),
-            row("a2", "en", "Paris is the capital of France.", "Country?", ["France", "France."], [24, -1], "France"),
+            row(
+                "a1", "en", "Paris is the capital of France.", "Capital?", ["Paris"], [0], "France"
+            ),
+            row(
+                "a2",
+                "en",
+                "Paris is the capital of France.",
+                "Country?",
+                ["France", "France."],
+                [24, -1],
+                "France",
+            ),
             row("b1", "en", "Nothing here.", "What?", [], [], "Empty"),
         ]
     )
@@ -347,12 +454,18 @@ def test_squad_json_non_latin_through_path_template(tmp_path):
     write_json(tmp_path / "squad.zh.json", SQUAD_ZH)
     cfg = {"source": "squad_json", "path": str(tmp_path / "squad.{lang}.json")}
     got = load_raw(cfg, "zh")
-    expected = raw_frame([row("z1", "zh", "北京是中国的首都。", "中国的首都是哪里？", ["北京"], [0], "北京")])
+    expected = raw_frame(
+        [row("z1", "zh", "北京是中国的首都。", "中国的首都是哪里？", ["北京"], [0], "北京")]
+    )
     assert_frame_equal(got, expected)
 
 
 def test_squad_json_article_without_title(tmp_path):
-    doc = {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": 7, "question": "q", "answers": []}]}]}]}
+    doc = {
+        "data": [
+            {"paragraphs": [{"context": "c", "qas": [{"id": 7, "question": "q", "answers": []}]}]}
+        ]
+    }
     got = load_raw({"source": "squad_json", "path": write_json(tmp_path / "t.json", doc)}, "en")
     assert got.row(0, named=True) == row("7", "en", "c", "q", [], [])
 
@@ -361,7 +474,9 @@ def test_squad_json_article_without_title(tmp_path):
 
 
 def write_jsonl(path: Path, objs: list) -> str:
-    path.write_text("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in objs), encoding="utf-8"
+    )
     return str(path)
 
 
@@ -371,10 +486,16 @@ def write_jsonl(path: Path, objs: list) -> str:
         pytest.param(["Paris", "paris"], {}, ["Paris", "paris"], [-1, -1], id="strings"),
         pytest.param(["Paris"], {"answer_starts": [0]}, ["Paris"], [0], id="strings+answer_starts"),
         pytest.param(
-            [{"text": "Paris", "answer_start": 0}, {"text": "paris"}], {}, ["Paris", "paris"], [0, -1], id="objects"
+            [{"text": "Paris", "answer_start": 0}, {"text": "paris"}],
+            {},
+            ["Paris", "paris"],
+            [0, -1],
+            id="objects",
         ),
         pytest.param({"text": ["Paris"], "answer_start": [0]}, {}, ["Paris"], [0], id="columnar"),
-        pytest.param({"text": ["Paris", "P"]}, {}, ["Paris", "P"], [-1, -1], id="columnar-no-starts"),
+        pytest.param(
+            {"text": ["Paris", "P"]}, {}, ["Paris", "P"], [-1, -1], id="columnar-no-starts"
+        ),
         pytest.param([], {}, [], [], id="empty"),
     ],
 )
@@ -386,26 +507,46 @@ def test_jsonl_answer_shapes(tmp_path, answers, extra, texts, starts):
 
 def test_jsonl_filters_on_lang_and_keeps_title(tmp_path):
     objs = [
-        {"id": "1", "lang": "en", "title": "T", "context": "c1", "question": "q1", "answers": ["a"]},
-        {"id": "2", "lang": "ru", "context": "Москва", "question": "Где?", "answers": ["Москва"], "answer_starts": [0]},
+        {
+            "id": "1",
+            "lang": "en",
+            "title": "T",
+            "context": "c1",
+            "question": "q1",
+            "answers": ["a"],
+        },
+        {
+            "id": "2",
+            "lang": "ru",
+            "context": "Москва",
+            "question": "Где?",
+            "answers": ["Москва"],
+            "answer_starts": [0],
+        },
         {"id": "3", "lang": "en", "context": "c3", "question": "q3", "answers": ["b"]},
     ]
     path = write_jsonl(tmp_path / "mixed.jsonl", objs)
     assert_frame_equal(
         load_raw({"source": "jsonl", "path": path}, "en"),
-        raw_frame([row("1", "en", "c1", "q1", ["a"], [-1], "T"), row("3", "en", "c3", "q3", ["b"], [-1])]),
+        raw_frame(
+            [row("1", "en", "c1", "q1", ["a"], [-1], "T"), row("3", "en", "c3", "q3", ["b"], [-1])]
+        ),
     )
     assert_frame_equal(
         load_raw({"source": "jsonl", "path": path}, "ru"),
         raw_frame([row("2", "ru", "Москва", "Где?", ["Москва"], [0])]),
     )
-    with pytest.raises(DatasetError, match=r"mixed\.jsonl: no rows for language 'de'.*\['en', 'ru'\]"):
+    with pytest.raises(
+        DatasetError, match=r"mixed\.jsonl: no rows for language 'de'.*\['en', 'ru'\]"
+    ):
         load_raw({"source": "jsonl", "path": path}, "de")
 
 
 def test_jsonl_skips_blank_lines(tmp_path):
     path = tmp_path / "blank.jsonl"
-    path.write_text('\n{"id": "1", "context": "c", "question": "q", "answers": ["a"]}\n\n', encoding="utf-8")
+    path.write_text(
+        '\n{"id": "1", "context": "c", "question": "q", "answers": ["a"]}\n\n', encoding="utf-8"
+    )
     assert load_raw({"source": "jsonl", "path": str(path)}, "en").height == 1
 
 
@@ -415,33 +556,69 @@ def test_jsonl_skips_blank_lines(tmp_path):
 def test_leading_bom_is_removed_and_offsets_shift(tmp_path):
     """The Turkish XQuAD passages start with U+FEFF; offsets count it, so they move back by one."""
     context = "\ufeffİstanbul 1850'den beri büyüdü."
-    doc = {"data": [{"title": "\u200eŞehir", "paragraphs": [{"context": context, "qas": [
-        {"id": "t1", "question": "\u200bNe zamandan beri?\u2060", "answers": [
-            {"text": "1850", "answer_start": context.index("1850")},
-            {"text": "\ufeffİstanbul", "answer_start": 0},  # the answer carries the BOM too
-            {"text": "beri"},  # no offset: stays -1
-        ]}]}]}]}
+    doc = {
+        "data": [
+            {
+                "title": "\u200eŞehir",
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": "t1",
+                                "question": "\u200bNe zamandan beri?\u2060",
+                                "answers": [
+                                    {"text": "1850", "answer_start": context.index("1850")},
+                                    {
+                                        "text": "\ufeffİstanbul",
+                                        "answer_start": 0,
+                                    },  # the answer carries the BOM too
+                                    {"text": "beri"},  # no offset: stays -1
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     got = load_raw({"source": "squad_json", "path": write_json(tmp_path / "tr.json", doc)}, "tr")
     r = got.row(0, named=True)
     assert r["context"] == "İstanbul 1850'den beri büyüdü."
     assert (r["title"], r["question"]) == ("Şehir", "Ne zamandan beri?")
     assert r["answers"] == ["1850", "İstanbul", "beri"]
     assert r["answer_starts"] == [9, 0, -1]
-    assert [r["context"][s : s + len(a)] for a, s in zip(r["answers"][:2], r["answer_starts"])] == ["1850", "İstanbul"]
+    assert [r["context"][s : s + len(a)] for a, s in zip(r["answers"][:2], r["answer_starts"])] == [
+        "1850",
+        "İstanbul",
+    ]
 
 
 @pytest.mark.parametrize("mark", ["\ufeff", "\u200b", "\u200e", "\u200f", "\u2060"])
 def test_every_invisible_edge_character_is_removed_in_flat_sources(tmp_path, mark):
-    obj = {"id": "x", "context": f"{mark}{mark}Paris.{mark}", "question": f"{mark}Where?", "answers": ["Paris"],
-           "answer_starts": [2]}
+    obj = {
+        "id": "x",
+        "context": f"{mark}{mark}Paris.{mark}",
+        "question": f"{mark}Where?",
+        "answers": ["Paris"],
+        "answer_starts": [2],
+    }
     got = load_raw({"source": "jsonl", "path": write_jsonl(tmp_path / "d.jsonl", [obj])}, "fr")
     assert_frame_equal(got, raw_frame([row("x", "fr", "Paris.", "Where?", ["Paris"], [0])]))
 
 
 def test_invisible_characters_inside_a_text_are_kept(tmp_path):
-    obj = {"id": "x", "context": "Pa\u200bris.", "question": "Where?", "answers": ["Pa\u200bris"], "answer_starts": [0]}
+    obj = {
+        "id": "x",
+        "context": "Pa\u200bris.",
+        "question": "Where?",
+        "answers": ["Pa\u200bris"],
+        "answer_starts": [0],
+    }
     got = load_raw({"source": "jsonl", "path": write_jsonl(tmp_path / "d.jsonl", [obj])}, "fr")
-    assert_frame_equal(got, raw_frame([row("x", "fr", "Pa\u200bris.", "Where?", ["Pa\u200bris"], [0])]))
+    assert_frame_equal(
+        got, raw_frame([row("x", "fr", "Pa\u200bris.", "Where?", ["Pa\u200bris"], [0])])
+    )
 
 
 # --------------------------------------------------------------------------- parquet
@@ -460,7 +637,9 @@ def test_parquet_flat_rows(tmp_path):
     )
     write_parquet(df, tmp_path / "flat.parquet")
     got = load_raw({"source": "parquet", "path": str(tmp_path / "flat.parquet")}, "en")
-    expected = raw_frame([row("1", "en", "c1", "q1", ["a", "b"], [0, -1]), row("3", "en", "c3", "q3", [], [])])
+    expected = raw_frame(
+        [row("1", "en", "c1", "q1", ["a", "b"], [0, -1]), row("3", "en", "c3", "q3", [], [])]
+    )
     assert_frame_equal(got, expected)
 
 
@@ -471,13 +650,21 @@ def test_parquet_nested_answers_without_lang_column(tmp_path):
             "title": ["T", None],
             "context": ["Ελλάδα", "c2"],
             "question": ["Πού;", "q2"],
-            "answers": [[{"text": "Ελλάδα", "answer_start": 0}], [{"text": "y", "answer_start": None}]],
+            "answers": [
+                [{"text": "Ελλάδα", "answer_start": 0}],
+                [{"text": "y", "answer_start": None}],
+            ],
         }
     )
     path = tmp_path / "greek.parquet"
     write_parquet(df, path)
     got = load_raw({"source": "parquet", "path": str(path)}, "el")
-    expected = raw_frame([row("1", "el", "Ελλάδα", "Πού;", ["Ελλάδα"], [0], "T"), row("2", "el", "c2", "q2", ["y"], [-1])])
+    expected = raw_frame(
+        [
+            row("1", "el", "Ελλάδα", "Πού;", ["Ελλάδα"], [0], "T"),
+            row("2", "el", "c2", "q2", ["y"], [-1]),
+        ]
+    )
     assert_frame_equal(got, expected)
 
 
@@ -508,20 +695,38 @@ def test_squad_json_malformed_json(tmp_path):
 @pytest.mark.parametrize(
     ("doc", "message"),
     [
-        pytest.param([{"title": "x"}], "expected a JSON object with a 'data' list", id="top-level-list"),
+        pytest.param(
+            [{"title": "x"}], "expected a JSON object with a 'data' list", id="top-level-list"
+        ),
         pytest.param({"version": "1.1"}, "expected a JSON object with a 'data' list", id="no-data"),
-        pytest.param({"data": [{"title": "x"}]}, r"data\[0\]: missing key\(s\) \['paragraphs'\]", id="no-paragraphs"),
+        pytest.param(
+            {"data": [{"title": "x"}]},
+            r"data\[0\]: missing key\(s\) \['paragraphs'\]",
+            id="no-paragraphs",
+        ),
         pytest.param(
             {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "1", "answers": []}]}]}]},
             r"data\[0\]\.paragraphs\[0\]\.qas\[0\]: missing key\(s\) \['question'\]",
             id="no-question",
         ),
         pytest.param(
-            {"data": [{"paragraphs": [{"context": "c", "qas": [{"id": "1", "question": "q", "answers": [{}]}]}]}]},
+            {
+                "data": [
+                    {
+                        "paragraphs": [
+                            {"context": "c", "qas": [{"id": "1", "question": "q", "answers": [{}]}]}
+                        ]
+                    }
+                ]
+            },
             r"answers\[0\]: missing key\(s\) \['text'\]",
             id="answer-without-text",
         ),
-        pytest.param({"data": [{"paragraphs": {"context": "c"}}]}, "'paragraphs' must be a list", id="dict-paragraphs"),
+        pytest.param(
+            {"data": [{"paragraphs": {"context": "c"}}]},
+            "'paragraphs' must be a list",
+            id="dict-paragraphs",
+        ),
         pytest.param({"data": []}, "no rows for language 'en'", id="empty"),
     ],
 )
@@ -534,7 +739,9 @@ def test_squad_json_wrong_structure(tmp_path, doc, message):
 
 def test_jsonl_malformed_line_is_located(tmp_path):
     path = tmp_path / "bad.jsonl"
-    path.write_text('{"id": "1", "context": "c", "question": "q", "answers": []}\n{"id": \n', encoding="utf-8")
+    path.write_text(
+        '{"id": "1", "context": "c", "question": "q", "answers": []}\n{"id": \n', encoding="utf-8"
+    )
     with pytest.raises(DatasetError, match=r"bad\.jsonl:2: malformed JSON"):
         load_raw({"source": "jsonl", "path": str(path)}, "en")
 
@@ -542,20 +749,32 @@ def test_jsonl_malformed_line_is_located(tmp_path):
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        pytest.param({"id": "1", "context": "c", "question": "q"}, r"missing key\(s\) \['answers'\]", id="no-answers"),
+        pytest.param(
+            {"id": "1", "context": "c", "question": "q"},
+            r"missing key\(s\) \['answers'\]",
+            id="no-answers",
+        ),
         pytest.param(["not", "an", "object"], "expected a JSON object, got list", id="array-line"),
         pytest.param(
-            {"id": "1", "context": "c", "question": "q", "answers": "Paris"}, "'answers' must be a list", id="str"
+            {"id": "1", "context": "c", "question": "q", "answers": "Paris"},
+            "'answers' must be a list",
+            id="str",
         ),
         pytest.param(
-            {"id": "1", "context": "c", "question": "q", "answers": [1, 2]}, "must be a list of strings", id="ints"
+            {"id": "1", "context": "c", "question": "q", "answers": [1, 2]},
+            "must be a list of strings",
+            id="ints",
         ),
         pytest.param(
             {"id": "1", "context": "c", "question": "q", "answers": ["a"], "answer_starts": ["0"]},
             "answer offset must be an integer",
             id="str-offset",
         ),
-        pytest.param({"id": "1", "context": 3, "question": "q", "answers": []}, "'context' must be a string", id="ctx"),
+        pytest.param(
+            {"id": "1", "context": 3, "question": "q", "answers": []},
+            "'context' must be a string",
+            id="ctx",
+        ),
     ],
 )
 def test_jsonl_wrong_structure(tmp_path, obj, message):
@@ -600,8 +819,13 @@ def test_dataset_error_is_a_value_error():
 
 
 def test_raw_path_for():
-    assert raw_path_for({"source": "squad_json", "path": "data/xquad.{lang}.json"}, "de") == "data/xquad.de.json"
-    assert raw_path_for({"source": "parquet", "path": "data/all.parquet"}, "de") == "data/all.parquet"
+    assert (
+        raw_path_for({"source": "squad_json", "path": "data/xquad.{lang}.json"}, "de")
+        == "data/xquad.de.json"
+    )
+    assert (
+        raw_path_for({"source": "parquet", "path": "data/all.parquet"}, "de") == "data/all.parquet"
+    )
     assert raw_path_for({"source": "jsonl", "path": "{lang}/{lang}.jsonl"}, "th") == "th/th.jsonl"
     assert raw_path_for({"source": "xquad_hub"}, "en") is None
     assert raw_path_for({"source": "tydiqa_hub", "hub_id": "x/y"}, "en") is None

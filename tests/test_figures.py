@@ -16,18 +16,57 @@ ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
-def rows_for(model, method, structure, sparsity, lang, item, open_ok, mc_ok, rank, decode_all=False):
-    base = dict(model=model, method=method, structure=structure, sparsity=sparsity, dataset="d", lang=lang,
-                item_id=item, sample=0, seed=0)
-    out = [dict(base, format="open", decode="greedy", correct=open_ok, gold_rank=rank),
-           dict(base, format="mc", decode="loglik", correct=mc_ok, correct_norm=mc_ok, pred_option=0 if mc_ok else 1,
-                gold_option=0),
-           dict(base, format="candidates", decode="greedy", correct=open_ok, pred_option=0 if open_ok else 2,
-                gold_option=0)]
-    if decode_all or (mc_ok and not open_ok):  # recovery decodes on MC-only items (scope all: every item)
-        out += [dict(base, format="open", decode="beam", sample=k, correct=k == 1 or open_ok, decoy_correct=k == 0)
-                for k in range(2)]
-        out.append(dict(base, format="oneshot", decode="greedy", correct=rank < 5, decoy_correct=False))
+def rows_for(
+    model, method, structure, sparsity, lang, item, open_ok, mc_ok, rank, decode_all=False
+):
+    base = dict(
+        model=model,
+        method=method,
+        structure=structure,
+        sparsity=sparsity,
+        dataset="d",
+        lang=lang,
+        item_id=item,
+        sample=0,
+        seed=0,
+    )
+    out = [
+        dict(base, format="open", decode="greedy", correct=open_ok, gold_rank=rank),
+        dict(
+            base,
+            format="mc",
+            decode="loglik",
+            correct=mc_ok,
+            correct_norm=mc_ok,
+            pred_option=0 if mc_ok else 1,
+            gold_option=0,
+        ),
+        dict(
+            base,
+            format="candidates",
+            decode="greedy",
+            correct=open_ok,
+            pred_option=0 if open_ok else 2,
+            gold_option=0,
+        ),
+    ]
+    if decode_all or (
+        mc_ok and not open_ok
+    ):  # recovery decodes on MC-only items (scope all: every item)
+        out += [
+            dict(
+                base,
+                format="open",
+                decode="beam",
+                sample=k,
+                correct=k == 1 or open_ok,
+                decoy_correct=k == 0,
+            )
+            for k in range(2)
+        ]
+        out.append(
+            dict(base, format="oneshot", decode="greedy", correct=rank < 5, decoy_correct=False)
+        )
     return out
 
 
@@ -41,15 +80,32 @@ def database(tmp_path: Path, checkpoints, models=("m",), decode_all=False) -> Pa
                 rows += rows_for(model, "dense", "none", 0.0, lang, item, True, True, 1, decode_all)
                 for method, structure, sparsity in checkpoints:
                     lost = i < round(sparsity * 8)
-                    rows += rows_for(model, method, structure, sparsity, lang, item, not lost, True,
-                                     1 + 3 * i if lost else 1, decode_all)
+                    rows += rows_for(
+                        model,
+                        method,
+                        structure,
+                        sparsity,
+                        lang,
+                        item,
+                        not lost,
+                        True,
+                        1 + 3 * i if lost else 1,
+                        decode_all,
+                    )
     pl.DataFrame(rows, schema=LOG_SCHEMA).write_parquet(tmp_path / "g.parquet")
     sel = []
     for (model, lang), ids in selected.items():
         path = tmp_path / "selected" / model / "d" / f"{lang}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang, "options": [["a", "b", "c", "d"]] * len(ids)},
-                     schema_overrides={"options": pl.List(pl.String)}).write_parquet(path)
+        pl.DataFrame(
+            {
+                "item_id": ids,
+                "dataset": "d",
+                "lang": lang,
+                "options": [["a", "b", "c", "d"]] * len(ids),
+            },
+            schema_overrides={"options": pl.List(pl.String)},
+        ).write_parquet(path)
         sel.append(str(path))
     db = tmp_path / "illusion.duckdb"
     con = duckdb.connect(str(db))
@@ -67,8 +123,12 @@ def assert_pngs(paths, out: Path):
 
 
 def test_figures_with_nm_checkpoints_and_two_models(tmp_path):
-    grid = [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5), ("wanda", "2:4", 0.5),
-            ("sparsegpt", "unstructured", 0.5)]
+    grid = [
+        ("wanda", "unstructured", 0.25),
+        ("wanda", "unstructured", 0.5),
+        ("wanda", "2:4", 0.5),
+        ("sparsegpt", "unstructured", 0.5),
+    ]
     db = database(tmp_path, grid, models=("a", "b"))
     out = tmp_path / "figures"
     assert_pngs(make_figures(db, out), out)
@@ -84,10 +144,16 @@ def test_figures_for_a_dense_only_run(tmp_path):
 
 def test_figures_with_every_item_decoded(tmp_path):
     """recovery.scope all: the oracle rows are complete (the figure draws them), false recovery too."""
-    db = database(tmp_path, [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5)], decode_all=True)
+    db = database(
+        tmp_path, [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5)], decode_all=True
+    )
     con = duckdb.connect(str(db), read_only=True)
-    complete = con.execute("SELECT count(*), bool_and(complete) FROM oracle WHERE decode = 'oracle'").fetchone()
-    false_rec = con.execute("SELECT max(false_recovery_rate) FROM recovery WHERE decode = 'beam_any'").fetchone()[0]
+    complete = con.execute(
+        "SELECT count(*), bool_and(complete) FROM oracle WHERE decode = 'oracle'"
+    ).fetchone()
+    false_rec = con.execute(
+        "SELECT max(false_recovery_rate) FROM recovery WHERE decode = 'beam_any'"
+    ).fetchone()[0]
     con.close()
     assert complete[0] > 0 and complete[1]
     assert false_rec == 1.0  # beam 0 hits the decoy on every item

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import polars as pl
-import pytest
-
 import unicodedata
 from pathlib import Path
 
+import polars as pl
+import pytest
+
 from benchmark_illusion.data import load_raw
-from benchmark_illusion.items import build_items, is_numeric, overlaps, split_sentences, validate_rows
+from benchmark_illusion.items import (
+    build_items,
+    is_numeric,
+    overlaps,
+    split_sentences,
+    validate_rows,
+)
 from benchmark_illusion.judge import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,7 +62,13 @@ PLANTS = "Photosynthesis in plants uses chlorophyll, which absorbs red and blue 
 def english_rows():
     return [
         row("en-01", "en", TESLA, "Who founded the firm?", ["Tesla"]),
-        row("en-02", "en", TESLA, "What was the firm called?", ["Tesla Electric Light & Manufacturing"]),
+        row(
+            "en-02",
+            "en",
+            TESLA,
+            "What was the firm called?",
+            ["Tesla Electric Light & Manufacturing"],
+        ),
         row("en-03", "en", TESLA, "In what year was it founded?", ["1886"]),
         row("en-04", "en", TESLA, "Where was it based?", ["Rahway"]),
         row("en-05", "en", EDISON, "Who opened the station?", ["Edison"]),
@@ -73,18 +85,40 @@ def english_rows():
 def german_rows():
     # One numeric item among text items: it must fall back to 'other_kind'.
     return [
-        row("de-01", "de", "Die Zugspitze ist 2962 Meter hoch.", "Wie hoch ist die Zugspitze?", ["2962"]),
+        row(
+            "de-01",
+            "de",
+            "Die Zugspitze ist 2962 Meter hoch.",
+            "Wie hoch ist die Zugspitze?",
+            ["2962"],
+        ),
         row("de-02", "de", "Berlin ist die Hauptstadt.", "Was ist die Hauptstadt?", ["Berlin"]),
-        row("de-03", "de", "Der Rhein fließt durch Köln.", "Durch welche Stadt fließt der Rhein?", ["Köln"]),
+        row(
+            "de-03",
+            "de",
+            "Der Rhein fließt durch Köln.",
+            "Durch welche Stadt fließt der Rhein?",
+            ["Köln"],
+        ),
         row("de-04", "de", "Goethe schrieb den Faust.", "Wer schrieb den Faust?", ["Goethe"]),
-        row("de-05", "de", "Die Elbe fließt durch Dresden.", "Durch welche Stadt fließt die Elbe?", ["Dresden"]),
+        row(
+            "de-05",
+            "de",
+            "Die Elbe fließt durch Dresden.",
+            "Durch welche Stadt fließt die Elbe?",
+            ["Dresden"],
+        ),
     ]
 
 
-TOWER = ("The tower was finished in 1889 and is 330 metres tall. It had 2 million visitors in 1900 "
-         "and 7 lifts.")
-CURIE = ("Marie Curie was born in Warsaw. She later moved to Paris, where she met Pierre Curie. "
-         "She worked with Henri Becquerel in France.")
+TOWER = (
+    "The tower was finished in 1889 and is 330 metres tall. It had 2 million visitors in 1900 "
+    "and 7 lifts."
+)
+CURIE = (
+    "Marie Curie was born in Warsaw. She later moved to Paris, where she met Pierre Curie. "
+    "She worked with Henri Becquerel in France."
+)
 BEES = "Bees make honey from nectar. They collect pollen with their legs and store it in wax cells."
 
 
@@ -100,7 +134,9 @@ def tydiqa_rows():
 @pytest.fixture(scope="module")
 def items_df():
     """Items in 'other_answers' mode (distractors from other passages allowed)."""
-    items, report = build_items(frame(english_rows() + german_rows()), seed=7, distractors="other_answers")
+    items, report = build_items(
+        frame(english_rows() + german_rows()), seed=7, distractors="other_answers"
+    )
     assert report["too_few_distractors"] == 0
     return items
 
@@ -112,7 +148,9 @@ def by_id(items: pl.DataFrame) -> dict[str, dict]:
 # --- is_numeric / overlaps -------------------------------------------------
 
 
-@pytest.mark.parametrize("answer", ["1887", "42", "3.5", "12 000", "12,000", "1887年", "2008年8月", "٤٢", "१८८७"])
+@pytest.mark.parametrize(
+    "answer", ["1887", "42", "3.5", "12 000", "12,000", "1887年", "2008年8月", "٤٢", "१८८७"]
+)
 def test_is_numeric_true(answer):
     assert is_numeric(answer, "en")
 
@@ -159,7 +197,14 @@ def test_validate_rows_counts_every_dropped_row_under_one_reason():
     assert report["empty_question"] == 1
     assert report["empty_context"] == 1
     assert report["empty_id"] == 0
-    reasons = ["empty_id", "duplicate_id", "empty_context", "empty_question", "empty_answer", "answer_not_in_passage"]
+    reasons = [
+        "empty_id",
+        "duplicate_id",
+        "empty_context",
+        "empty_question",
+        "empty_answer",
+        "answer_not_in_passage",
+    ]
     assert sum(report[r] for r in reasons) + report["n_valid"] == report["n_input"]
     assert report["examples"]["empty_answer"] == ["bad-ans", "bad-blank", "bad-punct"]
     assert report["examples"]["duplicate_id"] == ["ok-1", "ok-1"]
@@ -176,7 +221,16 @@ def test_validate_rows_answer_not_in_passage_only_when_extractive():
 
 def test_validate_rows_cleans_answers_and_keeps_starts_aligned():
     ctx = "Paris is big. Paris is old."
-    rows = [row("r", "en", ctx, "Which city?", ["", "Paris", "  ", "Paris", " Paris", "big"], starts=[0, 0, 3, 14, 13, 9])]
+    rows = [
+        row(
+            "r",
+            "en",
+            ctx,
+            "Which city?",
+            ["", "Paris", "  ", "Paris", " Paris", "big"],
+            starts=[0, 0, 3, 14, 13, 9],
+        )
+    ]
     good, report = validate_rows(frame(rows), extractive=True)
     assert report["n_valid"] == 1
     assert good["answers"][0].to_list() == ["Paris", "big"]
@@ -195,8 +249,19 @@ def test_validate_rows_answer_found_if_any_answer_occurs():
 
 def test_output_columns_and_order(items_df):
     assert items_df.columns == [
-        "item_id", "lang", "title", "context", "question", "answers", "options",
-        "gold_option", "distractor_sources", "distractors_in_passage", "exemplar_id", "answer_kind", "seed",
+        "item_id",
+        "lang",
+        "title",
+        "context",
+        "question",
+        "answers",
+        "options",
+        "gold_option",
+        "distractor_sources",
+        "distractors_in_passage",
+        "exemplar_id",
+        "answer_kind",
+        "seed",
     ]
     assert items_df["item_id"].to_list() == sorted(items_df["item_id"].to_list())
     assert items_df.height == 17
@@ -233,10 +298,14 @@ def test_same_passage_answers_come_first(items_df):
     rahway = by_id(items_df)["en-04"]
     assert sorted(rahway["distractor_sources"]) == ["answer", "answer", "other_passage"]
     assert "1886" in rahway["options"]
-    assert ("Tesla" in rahway["options"]) != ("Tesla Electric Light & Manufacturing" in rahway["options"])
+    assert ("Tesla" in rahway["options"]) != (
+        "Tesla Electric Light & Manufacturing" in rahway["options"]
+    )
     # Edison's passage has exactly three other answers, none overlapping: all are used.
     edison = by_id(items_df)["en-05"]
-    assert sorted(edison["options"]) == sorted(["Edison", "Pearl Street Station", "Manhattan", "59"])
+    assert sorted(edison["options"]) == sorted(
+        ["Edison", "Pearl Street Station", "Manhattan", "59"]
+    )
     assert edison["distractor_sources"] == ["answer"] * 3
     assert edison["distractors_in_passage"]
     assert not rahway["distractors_in_passage"]
@@ -298,7 +367,9 @@ def test_deterministic_and_independent_of_row_order(mode):
 
 def test_adding_an_unrelated_item_leaves_other_items_unchanged(items_df):
     extra = row("fr-01", "fr", "Paris est la capitale.", "Quelle est la capitale ?", ["Paris"])
-    more, report = build_items(frame(english_rows() + german_rows() + [extra]), seed=7, distractors="other_answers")
+    more, report = build_items(
+        frame(english_rows() + german_rows() + [extra]), seed=7, distractors="other_answers"
+    )
     assert report["too_few_distractors"] == 1  # the lone French item has no candidates
     assert report["examples"]["too_few_distractors"] == ["fr-01"]
     assert more.equals(items_df)
@@ -316,7 +387,9 @@ def test_adding_a_same_language_item_keeps_untouched_choices():
 
 
 def test_different_seed_changes_some_orders(items_df):
-    other, _ = build_items(frame(english_rows() + german_rows()), seed=8, distractors="other_answers")
+    other, _ = build_items(
+        frame(english_rows() + german_rows()), seed=8, distractors="other_answers"
+    )
     a, b = by_id(items_df), by_id(other)
     assert any(a[k]["options"] != b[k]["options"] for k in a)
     assert any(a[k]["gold_option"] != b[k]["gold_option"] for k in a)
@@ -370,10 +443,22 @@ def assert_passage_item(item: dict) -> None:
 def test_split_sentences_keeps_decimals_and_abbreviations():
     text = "It is 3.5 m long. Dr. Smith came, e.g. by car! J. R. Tolkien wrote it. 你好。再见！ok\nNew line"
     got = [text[a:b] for a, b in split_sentences(text)]
-    assert got == ["It is 3.5 m long.", " Dr. Smith came, e.g. by car!", " J. R. Tolkien wrote it.", " 你好。",
-                   "再见！", "ok", "New line"]
+    assert got == [
+        "It is 3.5 m long.",
+        " Dr. Smith came, e.g. by car!",
+        " J. R. Tolkien wrote it.",
+        " 你好。",
+        "再见！",
+        "ok",
+        "New line",
+    ]
     other = "यह एक है। क्या? هل هذا؟ نعم"
-    assert [other[a:b] for a, b in split_sentences(other)] == ["यह एक है।", " क्या?", " هل هذا؟", " نعم"]
+    assert [other[a:b] for a, b in split_sentences(other)] == [
+        "यह एक है।",
+        " क्या?",
+        " هل هذا؟",
+        " نعم",
+    ]
 
 
 def test_one_question_per_passage_gets_spans_of_the_gold_kind():
@@ -391,7 +476,9 @@ def test_one_question_per_passage_gets_spans_of_the_gold_kind():
     assert set(curie) <= {"Paris", "Pierre", "Curie", "Henri", "Becquerel", "France"}
     # other gold -> lower-case words without digits
     bees = distractors_of(got["ty-3"])
-    assert all(d[0].islower() and " " not in d and not any(c.isdigit() for c in d) for d in bees), bees
+    assert all(d[0].islower() and " " not in d and not any(c.isdigit() for c in d) for d in bees), (
+        bees
+    )
     assert report["distractor_sources"] == {"answer": 0, "span": 9, "other_passage": 0}
     assert report["n_items_distractors_in_passage"] == 3
 
@@ -402,28 +489,38 @@ def test_answers_of_the_passage_come_first_then_spans():
         assert_passage_item(item)
     # Edison's passage has exactly three other answers, none overlapping: all are used.
     edison = by_id(items)["en-05"]
-    assert sorted(edison["options"]) == sorted(["Edison", "Pearl Street Station", "Manhattan", "59"])
+    assert sorted(edison["options"]) == sorted(
+        ["Edison", "Pearl Street Station", "Manhattan", "59"]
+    )
     assert edison["distractor_sources"] == ["answer"] * 3
     # Rahway: 1886 and one of the two overlapping Tesla answers, then a capitalised span.
     rahway = by_id(items)["en-04"]
     assert sorted(rahway["distractor_sources"]) == ["answer", "answer", "span"]
     assert "1886" in rahway["options"]
-    span = next(o for o, src in zip(distractors_of(rahway), rahway["distractor_sources"]) if src == "span")
+    span = next(
+        o for o, src in zip(distractors_of(rahway), rahway["distractor_sources"]) if src == "span"
+    )
     assert span[0].isupper()
 
 
 def test_spans_of_the_gold_length_are_preferred():
-    ctx = "Yesterday Peter Hale met Anna Berg in Oslo. Later, Ivan Petrov visited Rome and Carl Jung."
-    items, _ = build_items(frame([row("p-1", "en", ctx, "Who met Anna Berg?", ["Peter Hale"])]), seed=1)
+    ctx = (
+        "Yesterday Peter Hale met Anna Berg in Oslo. Later, Ivan Petrov visited Rome and Carl Jung."
+    )
+    items, _ = build_items(
+        frame([row("p-1", "en", ctx, "Who met Anna Berg?", ["Peter Hale"])]), seed=1
+    )
     item = items.to_dicts()[0]
     assert_passage_item(item)
     assert sorted(distractors_of(item)) == ["Anna Berg", "Carl Jung", "Ivan Petrov"]
 
 
 def test_spans_never_overlap_a_gold_latin():
-    ctx = ("Edison opened the Pearl Street Station in Manhattan in 1882. PEARL STREET was busy. "
-           "Pearl and Street were names of Dutch origin. The Station served Wall Street bankers and "
-           "Broad Street traders.")
+    ctx = (
+        "Edison opened the Pearl Street Station in Manhattan in 1882. PEARL STREET was busy. "
+        "Pearl and Street were names of Dutch origin. The Station served Wall Street bankers and "
+        "Broad Street traders."
+    )
     answers = ["Pearl Street", "Pearl Street Station"]
     for seed in range(5):
         items, _ = build_items(frame([row("l-1", "en", ctx, "Which street?", answers)]), seed=seed)
@@ -431,7 +528,14 @@ def test_spans_never_overlap_a_gold_latin():
         assert_passage_item(item)
         ds = distractors_of(item)
         # equal after normalisation, contained in a gold, containing a gold: never
-        assert not {"PEARL STREET", "Pearl", "Street", "Station", "Street Station", "Pearl Street Station"} & set(ds)
+        assert not {
+            "PEARL STREET",
+            "Pearl",
+            "Street",
+            "Station",
+            "Street Station",
+            "Pearl Street Station",
+        } & set(ds)
         assert {"Wall Street", "Broad Street"} <= set(ds)  # the two-token names come first
 
 
@@ -439,7 +543,9 @@ def test_spans_never_overlap_a_gold_chinese():
     ctx = "北京大学位于北京市海淀区，成立于1898年。清华大学也位于海淀区。两所大学都很有名。"
     answers = ["北京大学", "北大"]
     for seed in range(5):
-        items, _ = build_items(frame([row("z-1", "zh", ctx, "哪所大学成立于1898年？", answers)]), seed=seed)
+        items, _ = build_items(
+            frame([row("z-1", "zh", ctx, "哪所大学成立于1898年？", answers)]), seed=seed
+        )
         item = items.to_dicts()[0]
         assert_passage_item(item)
         for d in distractors_of(item):
@@ -450,16 +556,22 @@ def test_spans_never_overlap_a_gold_chinese():
 
 
 def test_spans_never_overlap_a_gold_greek_and_thai():
-    ctx = ("Η Αθήνα είναι η πρωτεύουσα της Ελλάδας. Η ΑΘΗΝΑ έχει πολλούς κατοίκους. "
-           "Ο Παρθενώνας βρίσκεται στην Ακρόπολη της Αθήνας.")
-    items, _ = build_items(frame([row("el-1", "el", ctx, "Ποια είναι η πρωτεύουσα;", ["Αθήνα"])]), seed=2)
+    ctx = (
+        "Η Αθήνα είναι η πρωτεύουσα της Ελλάδας. Η ΑΘΗΝΑ έχει πολλούς κατοίκους. "
+        "Ο Παρθενώνας βρίσκεται στην Ακρόπολη της Αθήνας."
+    )
+    items, _ = build_items(
+        frame([row("el-1", "el", ctx, "Ποια είναι η πρωτεύουσα;", ["Αθήνα"])]), seed=2
+    )
     item = items.to_dicts()[0]
     assert_passage_item(item)
     assert "ΑΘΗΝΑ" not in item["options"]  # equal to the gold once accents and case are gone
     assert set(distractors_of(item)) <= {"Ελλάδας", "Ακρόπολη", "Αθήνας", "Παρθενώνας"}
 
     ctx = "กรุงเทพมหานครเป็นเมืองหลวงของประเทศไทย มีประชากรประมาณ 8 ล้านคน และมีวัดมากมาย"
-    items, _ = build_items(frame([row("th-1", "th", ctx, "เมืองหลวงของไทยคืออะไร", ["กรุงเทพมหานคร"])]), seed=2)
+    items, _ = build_items(
+        frame([row("th-1", "th", ctx, "เมืองหลวงของไทยคืออะไร", ["กรุงเทพมหานคร"])]), seed=2
+    )
     item = items.to_dicts()[0]
     assert_passage_item(item)
     for d in distractors_of(item):
@@ -488,7 +600,10 @@ def test_unknown_distractor_mode_is_refused():
 
 @pytest.mark.parametrize("lang", ["en", "de", "es"])
 def test_sample_set_options_all_occur_in_their_passage(lang):
-    raw = load_raw({"source": "squad_json", "path": str(ROOT / "resources" / "sample_qa" / "{lang}.json")}, lang)
+    raw = load_raw(
+        {"source": "squad_json", "path": str(ROOT / "resources" / "sample_qa" / "{lang}.json")},
+        lang,
+    )
     good, _ = validate_rows(raw, extractive=True)
     items, report = build_items(good, seed=1234)
     assert report["n_items"] + report["too_few_distractors"] == good.height

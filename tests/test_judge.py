@@ -124,7 +124,9 @@ def test_short_answers_with_the_gold_are_correct(prediction):
 
 
 def test_question_echo_with_gold_inside_is_not_correct():
-    j = judge("What is the capital of France? Paris", ["Paris"], "en", question=Q_FR, passage=PASSAGE_FR)
+    j = judge(
+        "What is the capital of France? Paris", ["Paris"], "en", question=Q_FR, passage=PASSAGE_FR
+    )
     assert j.contains
     assert j.echo
     assert not j.too_long  # 6 tokens <= 3 * 1 + 3: only the echo rule catches it
@@ -213,7 +215,12 @@ def test_multiple_golds():
 
 
 def test_only_the_first_line_is_judged():
-    j = judge("Paris\nLondon is the capital of England, and the question was about France", ["Paris"], "en", question=Q_FR)
+    j = judge(
+        "Paris\nLondon is the capital of England, and the question was about France",
+        ["Paris"],
+        "en",
+        question=Q_FR,
+    )
     assert j.exact_match and j.correct
     j = judge("I am not sure.\nParis", ["Paris"], "en")
     assert not j.contains and not j.correct
@@ -302,7 +309,9 @@ def test_minus_five_is_not_five():
 # --- script rules --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("prediction", ["ΣΟΦΟΚΛΗΣ", "σοφοκλης", "Σοφοκλής", "ΣΟΦΟΚΛΉΣ", "ο Σοφοκλης."])
+@pytest.mark.parametrize(
+    "prediction", ["ΣΟΦΟΚΛΗΣ", "σοφοκλης", "Σοφοκλής", "ΣΟΦΟΚΛΉΣ", "ο Σοφοκλης."]
+)
 def test_greek_is_compared_without_accents_and_final_sigma(prediction):
     assert judge(prediction, ["Σοφοκλής"], "el").correct
 
@@ -418,7 +427,9 @@ def test_gold_with_another_option_is_a_hedge(prediction, lang, gold, options):
     j = judge(prediction, [gold], lang, options=options)
     assert j.contains and j.hedge and not j.correct
     assert j.options_named == 2 and j.pred_option is None
-    assert not judge(prediction, [gold], lang).hedge  # without options there is nothing to hedge with
+    assert not judge(
+        prediction, [gold], lang
+    ).hedge  # without options there is nothing to hedge with
 
 
 def test_hedge_needs_the_gold_and_a_non_gold_option():
@@ -429,11 +440,17 @@ def test_hedge_needs_the_gold_and_a_non_gold_option():
     j = judge("1427 or 1999", ["1427"], "en", options=OPTS)  # 1999 is not an option
     assert j.correct and not j.hedge
     # An alternative gold is not "another option".
-    j = judge("Denver Broncos or the Broncos", ["Denver Broncos", "Broncos"], "en",
-              options=["Denver Broncos", "Carolina Panthers", "Seattle", "1999"])
+    j = judge(
+        "Denver Broncos or the Broncos",
+        ["Denver Broncos", "Broncos"],
+        "en",
+        options=["Denver Broncos", "Carolina Panthers", "Seattle", "1999"],
+    )
     assert not j.hedge and j.correct
     # A distractor inside the gold's span is not named.
-    j = judge("Tesla Motors", ["Tesla Motors"], "en", options=["Tesla Motors", "Tesla", "Edison", "1901"])
+    j = judge(
+        "Tesla Motors", ["Tesla Motors"], "en", options=["Tesla Motors", "Tesla", "Edison", "1901"]
+    )
     assert not j.hedge and j.correct and j.options_named == 1
     # ... but a longer distractor that contains the gold names the distractor.
     j = judge("Tesla Motors", ["Tesla"], "en", options=["Tesla", "Tesla Motors", "Edison", "1901"])
@@ -468,7 +485,9 @@ def test_repeat_needs_nothing_but_copies_of_a_gold():
     # A gold that is itself a repetition is an exact match, not a repeat.
     j = judge("Bora Bora", ["Bora", "Bora Bora"], "en")
     assert j.exact_match and not j.repeat and j.correct
-    assert not judge("1427 1427 1427 1427 1427 1427 1427", ["1427"], "en").correct  # too_long as well
+    assert not judge(
+        "1427 1427 1427 1427 1427 1427 1427", ["1427"], "en"
+    ).correct  # too_long as well
 
 
 # --- candidates ----------------------------------------------------------------
@@ -476,9 +495,28 @@ def test_repeat_needs_nothing_but_copies_of_a_gold():
 
 @pytest.mark.parametrize(
     "output",
-    ["A", "A.", "(A)", "A)", "A:", "[A]", "a", "(a)", "A: 1427", "A. 1427", "(A) 1427", "A) 1427",
-     "1427", "The answer is 1427", "Ａ", "（Ａ）", "Ａ．１４２７",
-     "\u0391", "\u0410", "(\u0410)"],  # Greek and Cyrillic capital A
+    [
+        "A",
+        "A.",
+        "(A)",
+        "A)",
+        "A:",
+        "[A]",
+        "a",
+        "(a)",
+        "A: 1427",
+        "A. 1427",
+        "(A) 1427",
+        "A) 1427",
+        "1427",
+        "The answer is 1427",
+        "Ａ",
+        "（Ａ）",
+        "Ａ．１４２７",
+        "\u0391",
+        "\u0410",
+        "(\u0410)",
+    ],  # Greek and Cyrillic capital A
 )
 def test_candidates_naming_the_gold_alone_is_correct(output):
     j = judge_candidates(output, OPTS, 0, "en")
@@ -487,7 +525,15 @@ def test_candidates_naming_the_gold_alone_is_correct(output):
 
 @pytest.mark.parametrize(
     ("letter", "index"),
-    [("\u0392", 1), ("\u0412", 1), ("\u0421", 2), ("\u0395", 4), ("\u0415", 4), ("\u0397", 7), ("\u041d", 7)],
+    [
+        ("\u0392", 1),
+        ("\u0412", 1),
+        ("\u0421", 2),
+        ("\u0395", 4),
+        ("\u0415", 4),
+        ("\u0397", 7),
+        ("\u041d", 7),
+    ],
 )
 def test_candidates_lookalike_capitals(letter, index):
     options = [f"o{k}" for k in range(8)]
@@ -600,7 +646,9 @@ def test_candidates_empty_output_and_bad_gold_index():
 
 def test_candidates_question_echo():
     q = "Which year, 1427 or 1432, did the siege start?"
-    j = judge_candidates("Which year, 1427 or 1432, did the siege start? 1427", OPTS, 0, "en", question=q)
+    j = judge_candidates(
+        "Which year, 1427 or 1432, did the siege start? 1427", OPTS, 0, "en", question=q
+    )
     assert j.echo and not j.correct
 
 
@@ -608,18 +656,46 @@ def test_candidates_question_echo():
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "benchmark_illusion", "judge", *args],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "judge", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_cli_candidates_prints_every_flag():
-    p = run_cli("--lang", "en", "--format", "candidates", "--gold", "1427", "--option", "1427", "--option", "1500",
-                "--option", "1600", "--option", "1700", "1500, 1427, 1600, 1700")
+    p = run_cli(
+        "--lang",
+        "en",
+        "--format",
+        "candidates",
+        "--gold",
+        "1427",
+        "--option",
+        "1427",
+        "--option",
+        "1500",
+        "--option",
+        "1600",
+        "--option",
+        "1700",
+        "1500, 1427, 1600, 1700",
+    )
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert out["correct"] is False and out["options_named"] == 4 and out["hedge"] is True
     assert out["pred_option"] is None and out["gold_option"] == 0
-    for key in ("exact_match", "f1", "contains", "echo", "too_long", "repeat", "answer_norm", "judged"):
+    for key in (
+        "exact_match",
+        "f1",
+        "contains",
+        "echo",
+        "too_long",
+        "repeat",
+        "answer_norm",
+        "judged",
+    ):
         assert key in out
     assert out["answer_norm"] == "1500 1427 1600 1700"
 
@@ -640,8 +716,23 @@ def test_cli_open_in_process_and_light(capsys):
 def test_cli_main_open_with_options(capsys):
     from benchmark_illusion.__main__ import main
 
-    assert main(["judge", "--lang", "en", "--gold", "1427", "--option", "1427", "--option", "1432",
-                 "1432 or 1427"]) == 0
+    assert (
+        main(
+            [
+                "judge",
+                "--lang",
+                "en",
+                "--gold",
+                "1427",
+                "--option",
+                "1427",
+                "--option",
+                "1432",
+                "1432 or 1427",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["hedge"] is True and out["correct"] is False and out["options_named"] == 2
     assert main(["judge", "--lang", "en", "--gold", "-5", "-5"]) == 0
@@ -653,14 +744,45 @@ def test_cli_main_open_with_options(capsys):
     [
         (["--lang", "en", "Paris"], "--gold"),
         (["--gold", "Paris", "Paris"], "--lang"),
-        (["--lang", "en", "--gold", "1427", "--format", "candidates", "--option", "1427", "A"], "--option"),
-        (["--lang", "en", "--gold", "9", "--format", "candidates", "--option", "1427", "--option", "1500", "A"],
-         "--gold"),
+        (
+            ["--lang", "en", "--gold", "1427", "--format", "candidates", "--option", "1427", "A"],
+            "--option",
+        ),
+        (
+            [
+                "--lang",
+                "en",
+                "--gold",
+                "9",
+                "--format",
+                "candidates",
+                "--option",
+                "1427",
+                "--option",
+                "1500",
+                "A",
+            ],
+            "--gold",
+        ),
         (["--lang", "en", "--gold", "...", "Paris"], "--gold"),
         (["--lang", "en", "--gold", "Paris", "--format", "mc", "Paris"], "--format"),
-        (["--lang", "en", "--gold", "Paris", "--max-length-factor", "0", "Paris"], "--max-length-factor"),
-        (["--lang", "en", "--gold", "1", "--format", "candidates", *sum((["--option", str(k)] for k in range(9)), []),
-          "A"], "--option"),
+        (
+            ["--lang", "en", "--gold", "Paris", "--max-length-factor", "0", "Paris"],
+            "--max-length-factor",
+        ),
+        (
+            [
+                "--lang",
+                "en",
+                "--gold",
+                "1",
+                "--format",
+                "candidates",
+                *sum((["--option", str(k)] for k in range(9)), []),
+                "A",
+            ],
+            "--option",
+        ),
     ],
 )
 def test_cli_bad_arguments_exit_2_naming_the_argument(args, message):
@@ -699,10 +821,21 @@ def test_restating_the_question_subject_is_not_a_hedge():
     c = judge_candidates("Pellan Bridge", options, 2, "en", question=q, letters=False)
     assert c.pred_option == 0 and not c.correct
     # German and Chinese restatements
-    j = judge("Die Alte Brücke führt über die Auler.", ["Auler"], "de",
-              question="Über welchen Fluss führt die Alte Brücke?", options=["Alte Brücke", "1742", "5", "Auler"])
+    j = judge(
+        "Die Alte Brücke führt über die Auler.",
+        ["Auler"],
+        "de",
+        question="Über welchen Fluss führt die Alte Brücke?",
+        options=["Alte Brücke", "1742", "5", "Auler"],
+    )
     assert not j.hedge and j.options_named == 1  # (too long for a one-token gold, but no hedge)
-    j = judge("长江大桥跨越长江", ["长江"], "zh", question="长江大桥跨越哪条河？", options=["长江大桥", "长江", "1957", "武汉"])
+    j = judge(
+        "长江大桥跨越长江",
+        ["长江"],
+        "zh",
+        question="长江大桥跨越哪条河？",
+        options=["长江大桥", "长江", "1957", "武汉"],
+    )
     assert j.contains
 
 
@@ -710,8 +843,13 @@ def test_a_distractor_overlapping_the_gold_as_written_is_not_a_hedge():
     from benchmark_illusion.judge import judge
 
     options = ["of grey", "Sorr River", "grey stone", "1931"]
-    j = judge("The Pellan Bridge is made of grey stone.", ["grey stone"], "en",
-              question="What is the Pellan Bridge made of?", options=options)
+    j = judge(
+        "The Pellan Bridge is made of grey stone.",
+        ["grey stone"],
+        "en",
+        question="What is the Pellan Bridge made of?",
+        options=options,
+    )
     assert j.correct and not j.hedge and j.options_named == 1
     # written apart from the gold, the same distractor is a hedge
     j = judge("grey stone, or of grey", ["grey stone"], "en", options=options)

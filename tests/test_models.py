@@ -17,7 +17,9 @@ def test_import_reproduces_the_gguf_model_bit_for_bit(bundled_model_dir):
     from transformers import AutoModelForCausalLM
 
     path = resolve_gguf(BUNDLED)
-    reference = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=torch.float32
+    ).eval()
     model, tok = load_checkpoint(bundled_model_dir)
     ids = tok("The capital of France is", return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -36,7 +38,9 @@ def test_provenance_records_source_hash_and_size(bundled_model_dir):
 
 def test_local_folder_import_round_trips(bundled_model_dir, tmp_path):
     out = tmp_path / "again"
-    prov = import_model({"source": "local", "path": str(bundled_model_dir), "dtype": "float32"}, out)
+    prov = import_model(
+        {"source": "local", "path": str(bundled_model_dir), "dtype": "float32"}, out
+    )
     first = json.loads((bundled_model_dir / "provenance.json").read_text())
     assert prov["weights_sha256"] == first["weights_sha256"]
 
@@ -92,12 +96,25 @@ def test_a_split_gguf_package_says_what_it_holds_and_how_to_assemble(tmp_path, m
     with pytest.raises(ModelSourceError) as err:
         resolve_gguf({"source": "gguf_package", "package": "split-model-base"})
     msg = str(err.value)
-    assert "holds no .gguf file" in msg and "__init__.py" in msg and "naming a file would not help" in msg
+    assert (
+        "holds no .gguf file" in msg
+        and "__init__.py" in msg
+        and "naming a file would not help" in msg
+    )
     assert "assemble()" in msg and "source: gguf_file" in msg
-    errors = semantic_errors({"models": {"big": {"source": "gguf_package", "package": "split-model-base"}}})
-    assert len(errors) == 1 and errors[0].startswith("models.big.file: package 'split-model-base' holds no .gguf")
-    with pytest.raises(ModelSourceError, match=r"not found in package 'split-model-part1' \(\.gguf files there: none\)"):
-        resolve_gguf({"source": "gguf_package", "package": "split-model-part1", "file": "model.gguf"})
+    errors = semantic_errors(
+        {"models": {"big": {"source": "gguf_package", "package": "split-model-base"}}}
+    )
+    assert len(errors) == 1 and errors[0].startswith(
+        "models.big.file: package 'split-model-base' holds no .gguf"
+    )
+    with pytest.raises(
+        ModelSourceError,
+        match=r"not found in package 'split-model-part1' \(\.gguf files there: none\)",
+    ):
+        resolve_gguf(
+            {"source": "gguf_package", "package": "split-model-part1", "file": "model.gguf"}
+        )
 
 
 def test_a_package_with_several_gguf_files_lists_them(tmp_path, monkeypatch):
@@ -106,5 +123,7 @@ def test_a_package_with_several_gguf_files_lists_them(tmp_path, monkeypatch):
     for name in ("__init__.py", "m.Q4.gguf", "m.Q8.gguf"):
         (pkg / name).write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.raises(ModelSourceError, match=r"holds 2 \.gguf files \(m\.Q4\.gguf, m\.Q8\.gguf\); name one"):
+    with pytest.raises(
+        ModelSourceError, match=r"holds 2 \.gguf files \(m\.Q4\.gguf, m\.Q8\.gguf\); name one"
+    ):
         resolve_gguf({"source": "gguf_package", "package": "two-quants"})

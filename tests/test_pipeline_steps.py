@@ -44,18 +44,36 @@ def test_strict_params_fail_on_any_absent_key():
 
 @pytest.fixture(scope="module")
 def config():
-    return validate_config({
-        "seed": 3,
-        "models": {"tiny": dict(BUNDLED)},
-        "datasets": {"sample": {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json"),
-                                "languages": ["en"]}},
-        "items": {"pool_max": 6, "max_per_language": 4},
-        "evaluation": {"max_new_tokens": 6, "batch_size": 4,
-                       "recovery": {"beam": True, "num_beams": 2, "sample": True, "num_samples": 2,
-                                    "oneshot": True, "max_new_tokens": 4, "scope": "all"}},
-        "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.25]},
-        "calibration": {"source": "heldout_items", "n_windows": 2, "seq_len": 16},
-    }, root=ROOT)
+    return validate_config(
+        {
+            "seed": 3,
+            "models": {"tiny": dict(BUNDLED)},
+            "datasets": {
+                "sample": {
+                    "source": "squad_json",
+                    "path": str(ROOT / "resources/sample_qa/{lang}.json"),
+                    "languages": ["en"],
+                }
+            },
+            "items": {"pool_max": 6, "max_per_language": 4},
+            "evaluation": {
+                "max_new_tokens": 6,
+                "batch_size": 4,
+                "recovery": {
+                    "beam": True,
+                    "num_beams": 2,
+                    "sample": True,
+                    "num_samples": 2,
+                    "oneshot": True,
+                    "max_new_tokens": 4,
+                    "scope": "all",
+                },
+            },
+            "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.25]},
+            "calibration": {"source": "heldout_items", "n_windows": 2, "seq_len": 16},
+        },
+        root=ROOT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -73,44 +91,88 @@ def tiny_dir(tmp_path_factory, bundled_tokenizer):
 @pytest.fixture(scope="module")
 def item_file(tmp_path_factory, config):
     tmp = tmp_path_factory.mktemp("items")
-    pipeline.download_dataset(Strict(rule_params.dataset(config, "sample")), "en", tmp / "raw.parquet")
-    pipeline.build_items_file(tmp / "raw.parquet", tmp / "items.parquet", tmp / "report.json", seed=config["seed"],
-                              extractive=config["datasets"]["sample"]["extractive"], dataset="sample")
+    pipeline.download_dataset(
+        Strict(rule_params.dataset(config, "sample")), "en", tmp / "raw.parquet"
+    )
+    pipeline.build_items_file(
+        tmp / "raw.parquet",
+        tmp / "items.parquet",
+        tmp / "report.json",
+        seed=config["seed"],
+        extractive=config["datasets"]["sample"]["extractive"],
+        dataset="sample",
+    )
     return tmp / "items.parquet"
 
 
 def test_evaluation_reads_only_its_params_and_hashes_them(config, tiny_dir, item_file, tmp_path):
     meta = dict(model="tiny", dataset="sample", lang="en", device="cpu", threads=2)
-    pool = pipeline.evaluate_file(tiny_dir, item_file, tmp_path / "pool.parquet",
-                                  Strict(rule_params.pool_evaluation(config)), limit=6, **meta)
+    pool = pipeline.evaluate_file(
+        tiny_dir,
+        item_file,
+        tmp_path / "pool.parquet",
+        Strict(rule_params.pool_evaluation(config)),
+        limit=6,
+        **meta,
+    )
     assert pool["item_id"].n_unique() == 6 and set(pool["decode"]) == {"greedy", "loglik"}
     items = pl.read_parquet(item_file).head(3)
     write_parquet(items, tmp_path / "three.parquet")
-    full = pipeline.evaluate_file(tiny_dir, tmp_path / "three.parquet", tmp_path / "eval.parquet",
-                                  Strict(rule_params.evaluation(config)), exemplar_items=item_file, **meta)
+    full = pipeline.evaluate_file(
+        tiny_dir,
+        tmp_path / "three.parquet",
+        tmp_path / "eval.parquet",
+        Strict(rule_params.evaluation(config)),
+        exemplar_items=item_file,
+        **meta,
+    )
     # scope all: every recovery decode ran on every item
-    assert set(zip(full["format"], full["decode"])) >= {("open", "beam"), ("open", "sample"), ("oneshot", "greedy")}
+    assert set(zip(full["format"], full["decode"])) >= {
+        ("open", "beam"),
+        ("open", "sample"),
+        ("oneshot", "greedy"),
+    }
     # the pool and the evaluation carry one hash: recovery settings do not change greedy rows
     assert pool["config_hash"].unique().to_list() == full["config_hash"].unique().to_list()
-    changed = rule_params.evaluation({**config, "judge": {**config["judge"], "max_length_slack": 9}})
+    changed = rule_params.evaluation(
+        {**config, "judge": {**config["judge"], "max_length_slack": 9}}
+    )
     assert pipeline.eval_config_hash(changed) != full["config_hash"][0]
 
 
-def test_calibration_and_every_pruning_method_read_only_their_params(config, tiny_dir, item_file, tmp_path):
+def test_calibration_and_every_pruning_method_read_only_their_params(
+    config, tiny_dir, item_file, tmp_path
+):
     windows = tmp_path / "calibration.safetensors"
-    pipeline.calibration_file(Strict(rule_params.calibration(config)), config["seed"], tiny_dir, windows,
-                              item_files=[item_file], selected_files=[])
+    pipeline.calibration_file(
+        Strict(rule_params.calibration(config)),
+        config["seed"],
+        tiny_dir,
+        windows,
+        item_files=[item_file],
+        selected_files=[],
+    )
     assert load_file(str(windows))["input_ids"].shape == (2, 16)
     for method in config["pruning"]["methods"]:
-        report = pipeline.prune_file(tiny_dir, None if method == "magnitude" else windows, tmp_path / method,
-                                     Strict(rule_params.prune(config, "tiny", method)), model="tiny",
-                                     method=method, structure="unstructured", sparsity=0.25, device="cpu")
+        report = pipeline.prune_file(
+            tiny_dir,
+            None if method == "magnitude" else windows,
+            tmp_path / method,
+            Strict(rule_params.prune(config, "tiny", method)),
+            model="tiny",
+            method=method,
+            structure="unstructured",
+            sparsity=0.25,
+            device="cpu",
+        )
         assert abs(report["measured_sparsity"] - 0.25) < 0.01
         assert (tmp_path / method / "sparsity.json").exists()
 
 
 def test_prune_params_carry_method_settings_only_for_their_method(config):
-    mag, wanda, sgpt = (rule_params.prune(config, "tiny", m) for m in ("magnitude", "wanda", "sparsegpt"))
+    mag, wanda, sgpt = (
+        rule_params.prune(config, "tiny", m) for m in ("magnitude", "wanda", "sparsegpt")
+    )
     assert set(mag) == {"dtype", "tolerance"}
     assert set(wanda) == {"dtype", "tolerance", "batch_size"}
     assert set(sgpt) == {"dtype", "tolerance", "batch_size", "sparsegpt"}
@@ -138,7 +200,9 @@ def pool_rows(outcomes: dict[str, tuple[bool, bool]]) -> pl.DataFrame:
         rows.append({"item_id": item, "format": "open", "decode": "greedy", "correct": open_ok})
         rows.append({"item_id": item, "format": "candidates", "decode": "greedy", "correct": True})
         rows.append({"item_id": item, "format": "mc", "decode": "loglik", "correct": mc_ok})
-        rows.append({"item_id": item, "format": "open", "decode": "beam", "correct": True})  # never counts
+        rows.append(
+            {"item_id": item, "format": "open", "decode": "beam", "correct": True}
+        )  # never counts
     return pl.DataFrame(rows)
 
 
@@ -146,27 +210,52 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
     outcomes = {f"q{i}": (i % 3 != 0, i % 4 != 0) for i in range(24)}
     both = [i for i, (o, m) in outcomes.items() if o and m]
     write_parquet(pool_rows(outcomes), tmp_path / "pool.parquet")
-    write_parquet(pl.DataFrame({"item_id": list(outcomes), "question": ["?"] * 24}), tmp_path / "items.parquet")
-    info = pipeline.select_items_file(tmp_path / "pool.parquet", tmp_path / "items.parquet", tmp_path / "sel.parquet",
-                                      cap=5, seed=11)
+    write_parquet(
+        pl.DataFrame({"item_id": list(outcomes), "question": ["?"] * 24}),
+        tmp_path / "items.parquet",
+    )
+    info = pipeline.select_items_file(
+        tmp_path / "pool.parquet",
+        tmp_path / "items.parquet",
+        tmp_path / "sel.parquet",
+        cap=5,
+        seed=11,
+    )
     selected = pl.read_parquet(tmp_path / "sel.parquet")
     assert selected["item_id"].to_list() == sorted(pipeline.seeded_order(both, 11)[:5])
-    assert info == {"pool": 24, "open_correct": 16, "mc_correct": 18, "both": len(both), "kept": 5, "cap": 5}
+    assert info == {
+        "pool": 24,
+        "open_correct": 16,
+        "mc_correct": 18,
+        "both": len(both),
+        "kept": 5,
+        "cap": 5,
+    }
     assert selected.columns == ["item_id", "question"]
-    uncapped = pipeline.select_items_file(tmp_path / "pool.parquet", tmp_path / "items.parquet",
-                                          tmp_path / "all.parquet", cap=100, seed=11)
+    uncapped = pipeline.select_items_file(
+        tmp_path / "pool.parquet",
+        tmp_path / "items.parquet",
+        tmp_path / "all.parquet",
+        cap=100,
+        seed=11,
+    )
     assert uncapped["kept"] == len(both)
 
 
 def test_select_items_needs_open_and_mc_and_writes_an_empty_table_when_none_qualify(tmp_path):
     write_parquet(pool_rows({"a": (True, False), "b": (False, True)}), tmp_path / "pool.parquet")
     write_parquet(pl.DataFrame({"item_id": ["a", "b"]}), tmp_path / "items.parquet")
-    info = pipeline.select_items_file(tmp_path / "pool.parquet", tmp_path / "items.parquet", tmp_path / "s.parquet",
-                                      cap=5, seed=1)
+    info = pipeline.select_items_file(
+        tmp_path / "pool.parquet", tmp_path / "items.parquet", tmp_path / "s.parquet", cap=5, seed=1
+    )
     assert info["kept"] == 0 and pl.read_parquet(tmp_path / "s.parquet").height == 0
     no_mc = pool_rows({"a": (True, True)}).filter(pl.col("format") != "mc")
     write_parquet(no_mc, tmp_path / "pool.parquet")
     with pytest.raises(ValueError, match="evaluation.formats must include open and mc"):
-        pipeline.select_items_file(tmp_path / "pool.parquet", tmp_path / "items.parquet", tmp_path / "x.parquet",
-                                   cap=5, seed=1)
-
+        pipeline.select_items_file(
+            tmp_path / "pool.parquet",
+            tmp_path / "items.parquet",
+            tmp_path / "x.parquet",
+            cap=5,
+            seed=1,
+        )

@@ -8,10 +8,21 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark_illusion.pruning.layerwise import PruneSettings, check_report, decoder_layers, prune_model
+from benchmark_illusion.pruning.layerwise import (
+    PruneSettings,
+    check_report,
+    decoder_layers,
+    prune_model,
+)
 from benchmark_illusion.pruning.magnitude import magnitude_mask
-from benchmark_illusion.pruning.masks import (Structure, lowest_n_of_m, lowest_per_matrix, lowest_per_row,
-                                              nm_violations, parse_structure)
+from benchmark_illusion.pruning.masks import (
+    Structure,
+    lowest_n_of_m,
+    lowest_per_matrix,
+    lowest_per_row,
+    nm_violations,
+    parse_structure,
+)
 from benchmark_illusion.pruning.sparsegpt import Hessian, sparsegpt_prune
 from benchmark_illusion.pruning.wanda import wanda_mask
 from conftest import make_tiny_model
@@ -25,7 +36,9 @@ def windows(n=6, t=24, seed=0):
 
 
 def linears(model):
-    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in n}
+    return {
+        n: m for n, m in model.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in n
+    }
 
 
 # ----------------------------------------------------------------- masks
@@ -33,7 +46,11 @@ def linears(model):
 
 def test_structure_parsing():
     assert parse_structure("2:4") == Structure(2, 4) and parse_structure("2of4") == Structure(2, 4)
-    assert str(Structure(2, 4)) == "2:4" and Structure(2, 4).path == "2of4" and Structure(4, 8).sparsity == 0.5
+    assert (
+        str(Structure(2, 4)) == "2:4"
+        and Structure(2, 4).path == "2of4"
+        and Structure(4, 8).sparsity == 0.5
+    )
     assert not parse_structure("unstructured").is_nm
     for bad in ("4:2", "0:4", "2:2", "2-4", "half"):
         with pytest.raises(ValueError):
@@ -42,13 +59,17 @@ def test_structure_parsing():
 
 def test_per_row_mask_meets_the_matrix_total_exactly():
     scores = torch.rand(7, 10, generator=torch.Generator().manual_seed(1))
-    mask = lowest_per_row(scores, 0.33)  # 70 * 0.33 = 23.1 -> 23 = 3 + 3 + 3 + 2 + 2 + 2 + 2 ... per row
+    mask = lowest_per_row(
+        scores, 0.33
+    )  # 70 * 0.33 = 23.1 -> 23 = 3 + 3 + 3 + 2 + 2 + 2 + 2 ... per row
     assert int(mask.sum()) == 23
     per_row = mask.sum(1)
     assert per_row.max() - per_row.min() <= 1
     for r in range(7):  # within a row the pruned scores are the lowest
         k = int(per_row[r])
-        assert set(torch.nonzero(mask[r]).flatten().tolist()) == set(torch.argsort(scores[r])[:k].tolist())
+        assert set(torch.nonzero(mask[r]).flatten().tolist()) == set(
+            torch.argsort(scores[r])[:k].tolist()
+        )
 
 
 def test_per_matrix_and_n_of_m_masks():
@@ -70,8 +91,13 @@ def _captured_inputs(model, layer_idx, data):
     """Reference: inputs of each Linear of block `layer_idx`, from a full forward of the model."""
     layer = decoder_layers(model)[layer_idx]
     seen: dict[str, list] = {}
-    hooks = [m.register_forward_hook(lambda mod, a, o, n=n: seen.setdefault(n, []).append(a[0].reshape(-1, a[0].shape[-1])))
-             for n, m in layer.named_modules() if isinstance(m, nn.Linear)]
+    hooks = [
+        m.register_forward_hook(
+            lambda mod, a, o, n=n: seen.setdefault(n, []).append(a[0].reshape(-1, a[0].shape[-1]))
+        )
+        for n, m in layer.named_modules()
+        if isinstance(m, nn.Linear)
+    ]
     with torch.no_grad():
         for i in range(0, data.shape[0], 3):
             model(input_ids=data[i : i + 3], use_cache=False)
@@ -111,12 +137,18 @@ def test_magnitude_masks_equal_the_formula():
     assert report["measured_sparsity"] == pytest.approx(0.3, abs=1e-3)
 
 
-@pytest.mark.parametrize("method, pattern", [("magnitude", "2:4"), ("wanda", "2:4"), ("sparsegpt", "4:8")])
+@pytest.mark.parametrize(
+    "method, pattern", [("magnitude", "2:4"), ("wanda", "2:4"), ("sparsegpt", "4:8")]
+)
 def test_n_of_m_groups_hold_exactly_n_zeros(method, pattern):
     st = parse_structure(pattern)
     model = make_tiny_model(VOCAB, seed=7)
-    report = prune_model(model, windows(), PruneSettings(method, st.sparsity, st, batch_size=3, blocksize=32),
-                         progress=False)
+    report = prune_model(
+        model,
+        windows(),
+        PruneSettings(method, st.sparsity, st, batch_size=3, blocksize=32),
+        progress=False,
+    )
     for name, lin in linears(model).items():
         w = lin.weight
         zeros = (w.reshape(w.shape[0], -1, st.m) == 0).sum(-1)
@@ -139,7 +171,12 @@ def test_pruning_is_deterministic(method):
     runs = []
     for _ in range(2):
         model = make_tiny_model(VOCAB, seed=9)
-        prune_model(model, windows(seed=3), PruneSettings(method, 0.4, batch_size=2, blocksize=16), progress=False)
+        prune_model(
+            model,
+            windows(seed=3),
+            PruneSettings(method, 0.4, batch_size=2, blocksize=16),
+            progress=False,
+        )
         runs.append(model.state_dict())
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
@@ -148,7 +185,12 @@ def test_embeddings_and_lm_head_stay_dense():
     model = make_tiny_model(VOCAB, seed=10)
     emb = model.get_input_embeddings().weight.clone()
     head = model.lm_head.weight.clone()
-    prune_model(model, windows(), PruneSettings("sparsegpt", 0.5, batch_size=3, blocksize=16), progress=False)
+    prune_model(
+        model,
+        windows(),
+        PruneSettings("sparsegpt", 0.5, batch_size=3, blocksize=16),
+        progress=False,
+    )
     assert torch.equal(model.get_input_embeddings().weight, emb)
     assert torch.equal(model.lm_head.weight, head)
 
@@ -174,10 +216,19 @@ def test_settings_and_report_checks_fail_clearly():
     with pytest.raises(ValueError, match=r"\[0, 1\)"):
         PruneSettings("wanda", 1.0)
     with pytest.raises(ValueError, match="percentage points"):
-        check_report({"measured_sparsity": 0.298, "target_sparsity": 0.3, "nm_violations": 0, "layers": {}})
+        check_report(
+            {"measured_sparsity": 0.298, "target_sparsity": 0.3, "nm_violations": 0, "layers": {}}
+        )
     with pytest.raises(ValueError, match="violate"):
-        check_report({"measured_sparsity": 0.5, "target_sparsity": 0.5, "nm_violations": 2, "structure": "2:4",
-                      "layers": {"a": {"nm_violations": 2}}})
+        check_report(
+            {
+                "measured_sparsity": 0.5,
+                "target_sparsity": 0.5,
+                "nm_violations": 2,
+                "structure": "2:4",
+                "layers": {"a": {"nm_violations": 2}},
+            }
+        )
 
 
 # ----------------------------------------------------------------- the real bundled model
@@ -193,8 +244,12 @@ def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
 
     model, tok = load_checkpoint(bundled_model_dir)
     root = Path(__file__).resolve().parents[1] / "resources/sample_qa"
-    text = " ".join(p["context"] for f in ("en.json", "de.json") for d in json.loads((root / f).read_text())["data"]
-                    for p in d["paragraphs"])
+    text = " ".join(
+        p["context"]
+        for f in ("en.json", "de.json")
+        for d in json.loads((root / f).read_text())["data"]
+        for p in d["paragraphs"]
+    )
     ids = torch.tensor(tok(text)["input_ids"][: 8 * 128]).view(8, 128)
     layer = decoder_layers(model)[5]
     for name in ("self_attn.q_proj", "mlp.down_proj"):
@@ -217,4 +272,8 @@ def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
             }
             for method, w2 in candidates.items():
                 errors[method] = float(torch.linalg.norm(x_cal @ w.T - x_cal @ w2.T))
-            assert errors["sparsegpt"] < min(errors["wanda"], errors["magnitude"]), (name, str(st), errors)
+            assert errors["sparsegpt"] < min(errors["wanda"], errors["magnitude"]), (
+                name,
+                str(st),
+                errors,
+            )

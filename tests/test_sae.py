@@ -25,8 +25,14 @@ from test_config import minimal
 
 def random_sae(d_in=16, d_sae=64, k=4, arch="topk", seed=0, **kw) -> S.SparseAutoencoder:
     torch.manual_seed(seed)
-    sae = S.SparseAutoencoder(d_in, d_sae, architecture=arch, k=k if arch == "topk" else None,
-                              metadata={"hook_name": "blocks.0.hook_resid_post"}, **kw)
+    sae = S.SparseAutoencoder(
+        d_in,
+        d_sae,
+        architecture=arch,
+        k=k if arch == "topk" else None,
+        metadata={"hook_name": "blocks.0.hook_resid_post"},
+        **kw,
+    )
     with torch.no_grad():
         for p in sae.parameters():
             p.normal_()
@@ -63,7 +69,11 @@ def test_read_activations_drops_padding_masked_and_extreme_norm_positions():
     reader = R.ResidualReader(model, "blocks.0.hook_resid_post")
     seqs = [[5, 6, 7, 8], [9, 10]]
     full = R.read_activations(reader, seqs, batch_size=2, pad_id=0)
-    assert len(full.acts) == 6 and full.seq.tolist() == [0, 0, 0, 0, 1, 1] and full.pos.tolist() == [0, 1, 2, 3, 0, 1]
+    assert (
+        len(full.acts) == 6
+        and full.seq.tolist() == [0, 0, 0, 0, 1, 1]
+        and full.pos.tolist() == [0, 1, 2, 3, 0, 1]
+    )
     # the same positions, read one sequence at a time (right padding changes nothing)
     alone = R.read_activations(reader, seqs[1:], batch_size=1, pad_id=0)
     torch.testing.assert_close(alone.acts, full.acts[4:], atol=1e-5, rtol=1e-5)
@@ -80,7 +90,10 @@ def test_read_activations_drops_padding_masked_and_extreme_norm_positions():
 def test_batches_are_right_padded_in_order():
     got = list(R.batches([[5, 6, 7], [8], [9, 10], [11]], 2, pad_id=0))
     assert [list(r) for r, _, _ in got] == [[0, 1], [2, 3]]
-    assert got[0][1].tolist() == [[5, 6, 7], [8, 0, 0]] and got[0][2].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert got[0][1].tolist() == [[5, 6, 7], [8, 0, 0]] and got[0][2].tolist() == [
+        [1, 1, 1],
+        [1, 0, 0],
+    ]
     assert got[1][1].tolist() == [[9, 10], [11, 0]] and got[1][2].tolist() == [[1, 1], [1, 0]]
     assert got[0][1].dtype == got[0][2].dtype == torch.long
 
@@ -96,9 +109,13 @@ def test_topk_encode_by_hand():
         sae.b_enc.copy_(torch.tensor([0.0, -1.0, 0.0]))
         sae.b_dec.copy_(torch.tensor([1.0, 0.0]))
     # x - b_dec = [2, 1] -> pre = [2, 1, -1]: top 2 = latents 0 and 1
-    torch.testing.assert_close(sae.encode(torch.tensor([[3.0, 1.0]])), torch.tensor([[2.0, 1.0, 0.0]]))
+    torch.testing.assert_close(
+        sae.encode(torch.tensor([[3.0, 1.0]])), torch.tensor([[2.0, 1.0, 0.0]])
+    )
     # x - b_dec = [-1, 0.25] -> pre = [-1, -0.5, 1.25]: top 2 = latents 2 and 1, ReLU zeroes -0.5
-    torch.testing.assert_close(sae.encode(torch.tensor([[0.0, 0.25]])), torch.tensor([[0.0, 0.0, 1.25]]))
+    torch.testing.assert_close(
+        sae.encode(torch.tensor([[0.0, 0.25]])), torch.tensor([[0.0, 0.0, 1.25]])
+    )
 
 
 def test_topk_relu_by_hand():
@@ -218,7 +235,9 @@ def test_unsupported_saelens_architectures_go_through_saelens(tmp_path):
         S.load_sae(tmp_path / "s")
     adapted = S.open_sae(tmp_path / "s")
     x = torch.randn(5, 16)
-    expected = sae.encode((x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5))  # SAELens: unbiased std
+    expected = sae.encode(
+        (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5)
+    )  # SAELens: unbiased std
     torch.testing.assert_close(adapted.encode(x), expected, atol=1e-4, rtol=1e-4)
 
 
@@ -235,12 +254,29 @@ def test_training_is_seeded_and_learns_a_sparse_dictionary():
     x = codes @ atoms + 5.0  # offset: the fold of b_dec and the input scale is exercised
 
     def read(indices):
-        rows = torch.cat([x[i * 100:(i + 1) * 100] for i in indices])
-        return R.Activations(rows, torch.zeros(len(rows), dtype=torch.long), torch.zeros(len(rows), dtype=torch.long), 0)
+        rows = torch.cat([x[i * 100 : (i + 1) * 100] for i in indices])
+        return R.Activations(
+            rows,
+            torch.zeros(len(rows), dtype=torch.long),
+            torch.zeros(len(rows), dtype=torch.long),
+            0,
+        )
 
-    settings = T.TrainSettings(width=64, k=4, epochs=30, batch_tokens=256, lr=3e-3, dead_tokens=2000, seed=3)
-    a, _ = T.train_topk(T.ActivationStream(read, list(range(25)), [100] * 25, 10_000, 3), 12, settings, progress=False)
-    b, hist = T.train_topk(T.ActivationStream(read, list(range(25)), [100] * 25, 10_000, 3), 12, settings, progress=False)
+    settings = T.TrainSettings(
+        width=64, k=4, epochs=30, batch_tokens=256, lr=3e-3, dead_tokens=2000, seed=3
+    )
+    a, _ = T.train_topk(
+        T.ActivationStream(read, list(range(25)), [100] * 25, 10_000, 3),
+        12,
+        settings,
+        progress=False,
+    )
+    b, hist = T.train_topk(
+        T.ActivationStream(read, list(range(25)), [100] * 25, 10_000, 3),
+        12,
+        settings,
+        progress=False,
+    )
     assert torch.equal(a.W_enc, b.W_enc)
     held = x[2500:]
     stats = T.fit_stats(a, held)
@@ -248,7 +284,9 @@ def test_training_is_seeded_and_learns_a_sparse_dictionary():
     assert stats["fve"] > 0.85 and stats["fve"] > pca + 0.2, (stats, pca)
     assert hist[-1]["train_fve"] > hist[0]["train_fve"]
     # streamed in buffers smaller than the data: same kind of fit
-    c, _ = T.train_topk(T.ActivationStream(read, list(range(25)), [100] * 25, 700, 3), 12, settings, progress=False)
+    c, _ = T.train_topk(
+        T.ActivationStream(read, list(range(25)), [100] * 25, 700, 3), 12, settings, progress=False
+    )
     assert T.fit_stats(c, held)["fve"] > 0.85
 
 
@@ -256,8 +294,15 @@ def test_training_is_seeded_and_learns_a_sparse_dictionary():
 # corpus, item tokens, labels
 
 
-ITEM = {"item_id": "en-1", "lang": "en", "dataset": "d", "context": "Paris is the capital of France.",
-        "question": "What is the capital of France?", "answers": ["Paris"], "options": ["Paris", "Lyon", "Nice", "Metz"]}
+ITEM = {
+    "item_id": "en-1",
+    "lang": "en",
+    "dataset": "d",
+    "context": "Paris is the capital of France.",
+    "question": "What is the capital of France?",
+    "answers": ["Paris"],
+    "options": ["Paris", "Lyon", "Nice", "Metz"],
+}
 
 
 def test_item_prompt_keeps_only_the_passage_and_question_tokens(bundled_tokenizer):
@@ -274,15 +319,22 @@ def test_the_item_body_is_written_once_for_prompts_and_concepts():
     assert body in user_message(ITEM, "open") and body in user_message(ITEM, "candidates")
 
 
-def test_item_prompt_names_the_item_when_its_body_is_not_in_the_prompt(bundled_tokenizer, monkeypatch):
+def test_item_prompt_names_the_item_when_its_body_is_not_in_the_prompt(
+    bundled_tokenizer, monkeypatch
+):
     # a chat template that trims the user turn drops the question's trailing spaces
-    monkeypatch.setattr(bundled_tokenizer, "chat_template",
-                        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n"
-                        "{% endfor %}<|im_start|>assistant\n")
+    monkeypatch.setattr(
+        bundled_tokenizer,
+        "chat_template",
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n"
+        "{% endfor %}<|im_start|>assistant\n",
+    )
     item = {**ITEM, "question": ITEM["question"] + "  "}
     with pytest.raises(ValueError, match="item 'en-1': its passage and question"):
         C.item_prompt(bundled_tokenizer, PromptSettings(), item, "content")
-    ids, keep = C.item_prompt(bundled_tokenizer, PromptSettings(), item, "prompt")  # every token: no search
+    ids, keep = C.item_prompt(
+        bundled_tokenizer, PromptSettings(), item, "prompt"
+    )  # every token: no search
     assert all(keep)
 
 
@@ -293,7 +345,9 @@ def test_concept_settings_defaults_are_the_schemas():
     assert C.ConceptSettings.for_sae(rule_params.sae(config, "m")) == C.ConceptSettings()
     assert C.ConceptSettings.for_labels(rule_params.labels(config)) == C.ConceptSettings()
     assert C.ConceptSettings.for_activations(rule_params.activations(config)) == C.ConceptSettings()
-    assert T.TrainSettings.from_config(config["concepts"]["sae"], config["seed"]) == T.TrainSettings()
+    assert (
+        T.TrainSettings.from_config(config["concepts"]["sae"], config["seed"]) == T.TrainSettings()
+    )
 
 
 def test_concept_settings_read_the_keys_they_need_without_fallbacks():
@@ -309,22 +363,36 @@ def test_concept_settings_read_the_keys_they_need_without_fallbacks():
 
 
 def test_corpus_is_seeded_split_and_capped(tmp_path, bundled_tokenizer):
-    items = pl.DataFrame([{**ITEM, "item_id": f"en-{i}", "context": f"Passage number {i}. " * 3} for i in range(20)])
+    items = pl.DataFrame(
+        [{**ITEM, "item_id": f"en-{i}", "context": f"Passage number {i}. " * 3} for i in range(20)]
+    )
     items.write_parquet(tmp_path / "items.parquet")
     s = C.ConceptSettings(corpus=("items",), heldout_fraction=0.25)
-    a = C.build_corpus(bundled_tokenizer, PromptSettings(), s, item_files=[tmp_path / "items.parquet"])
-    b = C.build_corpus(bundled_tokenizer, PromptSettings(), s, item_files=[tmp_path / "items.parquet"])
+    a = C.build_corpus(
+        bundled_tokenizer, PromptSettings(), s, item_files=[tmp_path / "items.parquet"]
+    )
+    b = C.build_corpus(
+        bundled_tokenizer, PromptSettings(), s, item_files=[tmp_path / "items.parquet"]
+    )
     assert a.equals(b) and len(a) == 20 and (a["split"] == "heldout").sum() == 5
-    capped = C.build_corpus(bundled_tokenizer, PromptSettings(), C.ConceptSettings(corpus=("items",), max_tokens=100),
-                            item_files=[tmp_path / "items.parquet"])
+    capped = C.build_corpus(
+        bundled_tokenizer,
+        PromptSettings(),
+        C.ConceptSettings(corpus=("items",), max_tokens=100),
+        item_files=[tmp_path / "items.parquet"],
+    )
     assert 1 <= len(capped) < 20
     with pytest.raises(S.SAEError, match="corpus is empty"):
-        C.build_corpus(bundled_tokenizer, PromptSettings(), C.ConceptSettings(corpus=()), item_files=[])
+        C.build_corpus(
+            bundled_tokenizer, PromptSettings(), C.ConceptSettings(corpus=()), item_files=[]
+        )
 
 
 def test_short_label_by_hand():
-    assert C.short_label(["Paris", "France", "Paris", "Lyon", "France", "Rome"], [1, 5, 2, 1, 1, 9]) \
+    assert (
+        C.short_label(["Paris", "France", "Paris", "Lyon", "France", "Rome"], [1, 5, 2, 1, 1, 9])
         == "France | Paris | Rome"
+    )
     assert C.short_label([], []) is None
 
 
@@ -360,29 +428,70 @@ def test_an_sae_below_the_floor_fails_and_writes_nothing(bundled_model_dir, tmp_
 
     root = Path(__file__).resolve().parents[1]
     rows = json.loads((root / "resources/sample_qa/en.json").read_text())["data"]
-    items = [{"item_id": qa["id"], "lang": "en", "dataset": "sample", "context": par["context"],
-              "question": qa["question"]} for art in rows for par in art["paragraphs"] for qa in par["qas"]]
+    items = [
+        {
+            "item_id": qa["id"],
+            "lang": "en",
+            "dataset": "sample",
+            "context": par["context"],
+            "question": qa["question"],
+        }
+        for art in rows
+        for par in art["paragraphs"]
+        for qa in par["qas"]
+    ]
     pl.DataFrame(items).write_parquet(tmp_path / "items.parquet")
     config = minimal()
     config["seed"] = 5
-    config["concepts"] = {"layer": 15, "sae": {"width": 64, "k": 1, "epochs": 1, "corpus": ["items"],
-                                               "max_tokens": 3000, "fve_floor": 0.95}}
+    config["concepts"] = {
+        "layer": 15,
+        "sae": {
+            "width": 64,
+            "k": 1,
+            "epochs": 1,
+            "corpus": ["items"],
+            "max_tokens": 3000,
+            "fve_floor": 0.95,
+        },
+    }
     params = rule_params.sae(validate_config(config), "m")  # what the `sae` rule passes
     with pytest.raises(S.SAEError, match=r"below concepts.sae.fve_floor = 0.95"):
-        B.build_sae(bundled_model_dir, tmp_path / "bad", params, item_files=[tmp_path / "items.parquet"],
-                    pretrained=params["pretrained"])
+        B.build_sae(
+            bundled_model_dir,
+            tmp_path / "bad",
+            params,
+            item_files=[tmp_path / "items.parquet"],
+            pretrained=params["pretrained"],
+        )
     assert not (tmp_path / "bad").exists()
 
 
 def test_llm_labeler_labels_the_most_often_firing_concepts(bundled_model_dir):
     """concepts.labels.labeler with the real bundled model (imported folder, source `local`)."""
-    df = pl.DataFrame({
-        "concept": [0, 1, 2, 3], "n_fired": [5, 0, 9, 7],
-        "examples": [[{"activation": 1.0, "token": "Paris", "context": f"the capital is [[Paris]] and {i}"}]
-                     for i in range(4)],
-    })
-    labels = C.llm_labels({"model": {"source": "local", "path": str(bundled_model_dir)}, "max_concepts": 2,
-                           "max_new_tokens": 6}, df)
+    df = pl.DataFrame(
+        {
+            "concept": [0, 1, 2, 3],
+            "n_fired": [5, 0, 9, 7],
+            "examples": [
+                [
+                    {
+                        "activation": 1.0,
+                        "token": "Paris",
+                        "context": f"the capital is [[Paris]] and {i}",
+                    }
+                ]
+                for i in range(4)
+            ],
+        }
+    )
+    labels = C.llm_labels(
+        {
+            "model": {"source": "local", "path": str(bundled_model_dir)},
+            "max_concepts": 2,
+            "max_new_tokens": 6,
+        },
+        df,
+    )
     # the two most often firing concepts (2 and 3) get a label; the rest none
     assert labels[0] is None and labels[1] is None
     assert all(isinstance(labels[i], str) and 0 < len(labels[i]) <= 80 for i in (2, 3)), labels
@@ -396,7 +505,9 @@ def test_select_equals_reading_those_sequences_alone():
     everything = R.read_activations(reader, seqs, batch_size=2, pad_id=0)
     cut = float(everything.acts.norm(dim=-1).median())
     part = everything.select([3, 1], cut)
-    alone = R.read_activations(reader, [seqs[3], seqs[1]], batch_size=2, pad_id=0, norm_threshold=cut)
+    alone = R.read_activations(
+        reader, [seqs[3], seqs[1]], batch_size=2, pad_id=0, norm_threshold=cut
+    )
     torch.testing.assert_close(part.acts, alone.acts, atol=1e-5, rtol=1e-5)
     assert part.seq.tolist() == alone.seq.tolist() and part.pos.tolist() == alone.pos.tolist()
     assert part.n_excluded == alone.n_excluded > 0

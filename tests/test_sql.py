@@ -20,8 +20,20 @@ ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
-def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=None, lang="en", correct_norm=None,
-        partial=None, decoy=None):
+def row(
+    method,
+    item,
+    fmt,
+    correct,
+    decode=None,
+    sample=0,
+    answer=None,
+    rank=None,
+    lang="en",
+    correct_norm=None,
+    partial=None,
+    decoy=None,
+):
     decode = decode or {"mc": "loglik"}.get(fmt, "greedy")
     if partial is None and rank is not None:
         partial = False
@@ -29,11 +41,27 @@ def row(method, item, fmt, correct, decode=None, sample=0, answer=None, rank=Non
         correct_norm = correct
     if decoy is None and fmt in ("open", "oneshot"):
         decoy = False  # the decoy (a fixed distractor judged as the gold) is not produced
-    return dict(model="m", method=method, structure="none" if method == "dense" else "unstructured",
-                sparsity=0.0 if method == "dense" else 0.5, dataset="d", lang=lang, item_id=item, format=fmt,
-                decode=decode, sample=sample, output=answer or "", answer_norm=answer, correct=correct,
-                correct_norm=correct_norm, gold_rank=rank, gold_token_partial=partial, seed=0,
-                option_ll=[0.0, -1.0, -2.0, -3.0] if fmt == "mc" else None, decoy_correct=decoy)
+    return dict(
+        model="m",
+        method=method,
+        structure="none" if method == "dense" else "unstructured",
+        sparsity=0.0 if method == "dense" else 0.5,
+        dataset="d",
+        lang=lang,
+        item_id=item,
+        format=fmt,
+        decode=decode,
+        sample=sample,
+        output=answer or "",
+        answer_norm=answer,
+        correct=correct,
+        correct_norm=correct_norm,
+        gold_rank=rank,
+        gold_token_partial=partial,
+        seed=0,
+        option_ll=[0.0, -1.0, -2.0, -3.0] if fmt == "mc" else None,
+        decoy_correct=decoy,
+    )
 
 
 def frame(rows):
@@ -43,9 +71,15 @@ def frame(rows):
 def selected_file(tmp_path, ids, lang="en"):
     path = tmp_path / "selected" / "m" / "d" / f"{lang}.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    pl.DataFrame({"item_id": ids, "dataset": ["d"] * len(ids), "lang": [lang] * len(ids),
-                  "options": [["a", "b", "c", "d"]] * len(ids)}, schema_overrides={"options": pl.List(pl.String)},
-                 ).write_parquet(path)
+    pl.DataFrame(
+        {
+            "item_id": ids,
+            "dataset": ["d"] * len(ids),
+            "lang": [lang] * len(ids),
+            "options": [["a", "b", "c", "d"]] * len(ids),
+        },
+        schema_overrides={"options": pl.List(pl.String)},
+    ).write_parquet(path)
     return str(path)
 
 
@@ -54,38 +88,61 @@ def build(tmp_path, generations: list, selected: dict, pool: list | None = None,
     frame(generations).write_parquet(tmp_path / "g.parquet")
     frame(pool if pool is not None else generations).write_parquet(tmp_path / "p.parquet")
     con = duckdb.connect()
-    create_views(con, [str(tmp_path / "g.parquet")],
-                 [selected_file(tmp_path, ids, lang) for lang, ids in selected.items()], [str(tmp_path / "p.parquet")])
+    create_views(
+        con,
+        [str(tmp_path / "g.parquet")],
+        [selected_file(tmp_path, ids, lang) for lang, ids in selected.items()],
+        [str(tmp_path / "p.parquet")],
+    )
     run_sql_files(con, SQL, MetricSettings(**settings) if settings else None)
     return con
 
 
-DENSE = [r for item in ("i1", "i2", "i3", "i4")
-         for r in (row("dense", item, "open", True, rank=1), row("dense", item, "mc", True),
-                   row("dense", item, "candidates", item != "i4"))]
+DENSE = [
+    r
+    for item in ("i1", "i2", "i3", "i4")
+    for r in (
+        row("dense", item, "open", True, rank=1),
+        row("dense", item, "mc", True),
+        row("dense", item, "candidates", item != "i4"),
+    )
+]
 # The selection pool: the four selected items plus three the dense model got wrong in open.
-POOL = DENSE + [row("dense", "i5", "open", False, rank=12), row("dense", "i5", "mc", True),
-                row("dense", "i6", "open", False, rank=300, partial=True), row("dense", "i6", "mc", False),
-                row("dense", "i7", "open", False, rank=2), row("dense", "i7", "mc", False)]
+POOL = DENSE + [
+    row("dense", "i5", "open", False, rank=12),
+    row("dense", "i5", "mc", True),
+    row("dense", "i6", "open", False, rank=300, partial=True),
+    row("dense", "i6", "mc", False),
+    row("dense", "i7", "open", False, rank=2),
+    row("dense", "i7", "mc", False),
+]
 PRUNED = [
     # i1: MC-only; the top beam is wrong, another beam right; samples a,a,a (wrong), b,b (right)
-    row("w", "i1", "open", False, rank=3), row("w", "i1", "mc", True), row("w", "i1", "candidates", True),
+    row("w", "i1", "open", False, rank=3),
+    row("w", "i1", "mc", True),
+    row("w", "i1", "candidates", True),
     *[row("w", "i1", "open", k == 2, decode="beam", sample=k) for k in range(5)],
     *[row("w", "i1", "open", False, decode="sample", sample=k, answer="a") for k in range(3)],
     *[row("w", "i1", "open", True, decode="sample", sample=3 + k, answer="b") for k in range(2)],
     row("w", "i1", "oneshot", False),
     # i2: MC-only and nothing recovers it
-    row("w", "i2", "open", False, rank=40), row("w", "i2", "mc", True), row("w", "i2", "candidates", False),
+    row("w", "i2", "open", False, rank=40),
+    row("w", "i2", "mc", True),
+    row("w", "i2", "candidates", False),
     *[row("w", "i2", "open", False, decode="beam", sample=k) for k in range(5)],
     row("w", "i2", "open", False, decode="sample", sample=0, answer="x"),
     row("w", "i2", "oneshot", False),
     # i3: wrong in mc too; oneshot right; a tie of one right 'b' and one wrong 'c' sample
-    row("w", "i3", "open", False, rank=7), row("w", "i3", "mc", False), row("w", "i3", "candidates", False),
+    row("w", "i3", "open", False, rank=7),
+    row("w", "i3", "mc", False),
+    row("w", "i3", "candidates", False),
     row("w", "i3", "open", True, decode="sample", sample=0, answer="b"),
     row("w", "i3", "open", False, decode="sample", sample=1, answer="c"),
     row("w", "i3", "oneshot", True),
     # i4: still right in open: no recovery decode ran
-    row("w", "i4", "open", True, rank=1), row("w", "i4", "mc", True), row("w", "i4", "candidates", True),
+    row("w", "i4", "open", True, rank=1),
+    row("w", "i4", "mc", True),
+    row("w", "i4", "candidates", True),
 ]
 
 
@@ -96,25 +153,46 @@ def db(tmp_path):
 
 def rate(con, metric, method="w", lang="en"):
     """(n_items, value) of one rate; None when the metric has no row."""
-    r = con.execute("SELECT n_items, value FROM rates WHERE metric = ? AND method = ? AND lang = ?",
-                    [metric, method, lang]).fetchone()
+    r = con.execute(
+        "SELECT n_items, value FROM rates WHERE metric = ? AND method = ? AND lang = ?",
+        [metric, method, lang],
+    ).fetchone()
     return None if r is None else (r[0], pytest.approx(r[1]))
 
 
 # --- per item -----------------------------------------------------------------------------------
 
+
 def test_item_outcomes_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT item_id, open_correct, mc_correct, mc_only, beam_top, beam_any, sample_pass, sample_majority, "
-        "oneshot, recovered, status, gold_rank, dense_gold_rank FROM item_outcomes WHERE method = 'w'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT item_id, open_correct, mc_correct, mc_only, beam_top, beam_any, sample_pass, sample_majority, "
+            "oneshot, recovered, status, gold_rank, dense_gold_rank FROM item_outcomes WHERE method = 'w'"
+        ).fetchall()
+    }
     assert got["i1"] == (False, True, True, False, True, True, False, False, True, "demoted", 3, 1)
-    assert got["i2"] == (False, True, True, False, False, False, False, False, False, "erased", 40, 1)
+    assert got["i2"] == (
+        False,
+        True,
+        True,
+        False,
+        False,
+        False,
+        False,
+        False,
+        False,
+        "erased",
+        40,
+        1,
+    )
     # i3 is wrong in mc too, but sampling and the worked example produce it: demoted, not erased
     assert got["i3"] == (False, False, False, None, None, True, True, True, True, "demoted", 7, 1)
     assert got["i4"] == (True, True, False, None, None, None, None, None, None, "correct", 1, 1)
 
 
 # --- every rate, by hand --------------------------------------------------------------------------
+
 
 def test_rates_by_hand(db):
     # open [0,0,0,1]; mc [1,1,0,1]; candidates [1,0,0,1]; oneshot ran on i1..i3: [0,0,1]
@@ -152,8 +230,12 @@ def test_rates_by_hand(db):
 
 
 def test_accuracy_by_hand(db):
-    acc = {r[0]: r[1:] for r in db.execute(
-        "SELECT format, n_items, accuracy FROM accuracy WHERE method = 'w' AND lang = 'en'").fetchall()}
+    acc = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT format, n_items, accuracy FROM accuracy WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    }
     # open: only i4 right of 4; recovery rows do not count as open answers
     assert acc["open"] == (4, 0.25)
     assert acc["mc"] == (4, 0.75)  # i1, i2, i4
@@ -162,46 +244,74 @@ def test_accuracy_by_hand(db):
 
 
 def test_support_gradient_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT format, n_items, reference, reference_accuracy, accuracy, drop, noise_floor FROM support_gradient "
-        "WHERE lang = 'en' AND method = 'w'").fetchall()}
-    assert got == {"open": (4, "dense", 1.0, 0.25, 0.75, 0.0), "candidates": (4, "dense", 0.75, 0.5, 0.25, 0.0),
-                   "mc": (4, "dense", 1.0, 0.75, 0.25, 0.0), "mc_norm": (4, "dense", 1.0, 0.75, 0.25, 0.0)}
-    dense = db.execute("SELECT DISTINCT reference, drop, noise_floor FROM support_gradient "
-                       "WHERE method = 'dense'").fetchall()
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT format, n_items, reference, reference_accuracy, accuracy, drop, noise_floor FROM support_gradient "
+            "WHERE lang = 'en' AND method = 'w'"
+        ).fetchall()
+    }
+    assert got == {
+        "open": (4, "dense", 1.0, 0.25, 0.75, 0.0),
+        "candidates": (4, "dense", 0.75, 0.5, 0.25, 0.0),
+        "mc": (4, "dense", 1.0, 0.75, 0.25, 0.0),
+        "mc_norm": (4, "dense", 1.0, 0.75, 0.25, 0.0),
+    }
+    dense = db.execute(
+        "SELECT DISTINCT reference, drop, noise_floor FROM support_gradient WHERE method = 'dense'"
+    ).fetchall()
     assert dense == [("selection_run", 0.0, 0.0)]
 
 
 def test_delta_pr_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT method, n_items, acc_candidates, acc_open, delta_pr FROM delta_pr WHERE lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT method, n_items, acc_candidates, acc_open, delta_pr FROM delta_pr WHERE lang = 'en'"
+        ).fetchall()
+    }
     assert got == {"dense": (4, 0.75, 1.0, -0.25), "w": (4, 0.5, 0.25, 0.25)}
 
 
 def test_mc_only_by_hand(db):
-    rows = db.execute("SELECT method, n_items, n_mc_only, mc_only_rate, n_mc_wrong, n_open_wrong, "
-                      "n_mc_only_recovered, n_demoted, n_erased, n_unknown FROM mc_only WHERE lang = 'en' "
-                      "ORDER BY method").fetchall()
+    rows = db.execute(
+        "SELECT method, n_items, n_mc_only, mc_only_rate, n_mc_wrong, n_open_wrong, "
+        "n_mc_only_recovered, n_demoted, n_erased, n_unknown FROM mc_only WHERE lang = 'en' "
+        "ORDER BY method"
+    ).fetchall()
     assert rows[0] == ("dense", 4, 0, 0.0, 0, 0, 0, 0, 0, 0)
     assert rows[1] == ("w", 4, 2, 0.5, 1, 3, 1, 2, 1, 0)
-    assert db.execute("SELECT demoted_rate, erased_rate FROM mc_only WHERE method = 'w' AND lang = 'en'").fetchone() \
-        == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    assert db.execute(
+        "SELECT demoted_rate, erased_rate FROM mc_only WHERE method = 'w' AND lang = 'en'"
+    ).fetchone() == (pytest.approx(2 / 3), pytest.approx(1 / 3))
     # guessing-adjusted: mc_only [1,1,0,0] - (1 - open [0,0,0,1]) / 4 = [.75,.75,-.25,0] -> 0.3125
     # = 0.5 - (1 - 0.25) / 4; the noise floor is the dense model's own MC-only rate (0 here)
-    assert db.execute("SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy, mc_chance_adj FROM mc_only "
-                      "WHERE method = 'w' AND lang = 'en'").fetchone() \
-        == (pytest.approx(0.3125), 0.0, 0, pytest.approx(2 / 3))  # mc [1,1,0,1]: (0.75 - 0.25) / 0.75
+    assert db.execute(
+        "SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy, mc_chance_adj FROM mc_only "
+        "WHERE method = 'w' AND lang = 'en'"
+    ).fetchone() == (
+        pytest.approx(0.3125),
+        0.0,
+        0,
+        pytest.approx(2 / 3),
+    )  # mc [1,1,0,1]: (0.75 - 0.25) / 0.75
 
 
 def test_chance_adjusted_accuracy_by_hand(db):
     # mc [1,1,0,1] with K = 4: (0.75 - 0.25) / 0.75 = 2/3; candidates [1,0,0,1]: (0.5 - 0.25) / 0.75 = 1/3
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT format, chance, accuracy_chance_adj FROM accuracy WHERE method = 'w' AND lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT format, chance, accuracy_chance_adj FROM accuracy WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    }
     assert got["mc"] == (0.25, pytest.approx(2 / 3))
     assert got["candidates"] == (0.25, pytest.approx(1 / 3))
     assert got["open"] == (None, None)
-    lo, hi = db.execute("SELECT chance_adj_ci_low, chance_adj_ci_high FROM accuracy "
-                        "WHERE method = 'w' AND lang = 'en' AND format = 'mc'").fetchone()
+    lo, hi = db.execute(
+        "SELECT chance_adj_ci_low, chance_adj_ci_high FROM accuracy "
+        "WHERE method = 'w' AND lang = 'en' AND format = 'mc'"
+    ).fetchone()
     assert lo <= 2 / 3 <= hi
 
 
@@ -211,57 +321,91 @@ def test_noise_floor_when_the_dense_model_disagrees_with_its_selection_run(tmp_p
     dense_again = [r for r in DENSE if not (r["item_id"] == "i2" and r["format"] == "open")]
     dense_again.append(row("dense", "i2", "open", False, rank=2))
     con = build(tmp_path, dense_again + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
-    floor = con.execute("SELECT method, mc_only_rate, noise_floor FROM mc_only WHERE lang = 'en' "
-                        "ORDER BY method").fetchall()
+    floor = con.execute(
+        "SELECT method, mc_only_rate, noise_floor FROM mc_only WHERE lang = 'en' ORDER BY method"
+    ).fetchall()
     assert floor == [("dense", 0.25, 0.25), ("w", 0.5, 0.25)]
-    got = {r[0]: r[1:] for r in con.execute(
-        "SELECT method, drop, noise_floor FROM support_gradient WHERE lang = 'en' AND format = 'open'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT method, drop, noise_floor FROM support_gradient WHERE lang = 'en' AND format = 'open'"
+        ).fetchall()
+    }
     # w's drop is now from the re-evaluated dense model: [1,0,1,0]
     assert got == {"dense": (0.25, 0.25), "w": (0.5, 0.25)}
 
 
 def test_false_recovery_by_hand(tmp_path):
     # i1's wrong samples 'a' are the decoy (a distractor judged as the gold); i2's beams hit nothing
-    pruned = [dict(r, decoy_correct=True) if r["item_id"] == "i1" and r["answer_norm"] == "a" else r
-              for r in PRUNED]
+    pruned = [
+        dict(r, decoy_correct=True) if r["item_id"] == "i1" and r["answer_norm"] == "a" else r
+        for r in PRUNED
+    ]
     con = build(tmp_path, DENSE + pruned, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
-    got = {r[0]: r[1:] for r in con.execute(
-        "SELECT decode, rate, false_recovery_rate, corrected_rate FROM recovery WHERE lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT decode, rate, false_recovery_rate, corrected_rate FROM recovery WHERE lang = 'en'"
+        ).fetchall()
+    }
     # over the MC-only items i1, i2: sample_pass [1,0]; its decoy [1,0]; corrected [0,0]
     assert got["sample_pass"] == (0.5, 0.5, 0.0)
     # the majority answer of i1 is 'a' (3 of 5): the decoy, not the gold
     assert got["sample_majority"] == (0.0, 0.5, -0.5)
     assert got["beam_any"] == (0.5, 0.0, 0.5)
     assert got["oracle"] == (0.5, 0.5, 0.0)
-    assert con.execute("SELECT n_demoted, n_demoted_decoy FROM mc_only WHERE method = 'w' AND lang = 'en'"
-                       ).fetchone() == (2, 1)
+    assert con.execute(
+        "SELECT n_demoted, n_demoted_decoy FROM mc_only WHERE method = 'w' AND lang = 'en'"
+    ).fetchone() == (2, 1)
 
 
 def test_oracle_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT decode, n_items, n_selected, complete, accuracy, dense_accuracy, drop FROM oracle "
-        "WHERE method = 'w' AND lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT decode, n_items, n_selected, complete, accuracy, dense_accuracy, drop FROM oracle "
+            "WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    }
     # greedy [0,0,0,1]; oracle: i1 recovered, i2 not, i3 recovered, i4 right in greedy -> [1,0,1,1]
     assert got["greedy"] == (4, 4, True, 0.25, 1.0, 0.75)
     assert got["oracle"] == (4, 4, True, 0.75, 1.0, 0.25)
     # beams ran on i1 and i2 only (scope mc_only): not the paper's number, and no dense beams to compare
     assert got["beam_any"] == (2, 4, False, 0.5, None, None)
-    dense = {r[0]: r[1:] for r in db.execute(
-        "SELECT decode, accuracy, drop FROM oracle WHERE method = 'dense' AND lang = 'en'").fetchall()}
+    dense = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT decode, accuracy, drop FROM oracle WHERE method = 'dense' AND lang = 'en'"
+        ).fetchall()
+    }
     assert dense == {"greedy": (1.0, None), "oracle": (1.0, None)}
 
 
 def test_recovery_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT decode, n_mc_only, n_items, n_recovered, rate FROM recovery WHERE lang = 'en'").fetchall()}
-    assert got == {"beam_top": (2, 2, 0, 0.0), "beam_any": (2, 2, 1, 0.5), "sample_pass": (2, 2, 1, 0.5),
-                   "sample_majority": (2, 2, 0, 0.0), "oneshot": (2, 2, 0, 0.0), "oracle": (2, 2, 1, 0.5)}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT decode, n_mc_only, n_items, n_recovered, rate FROM recovery WHERE lang = 'en'"
+        ).fetchall()
+    }
+    assert got == {
+        "beam_top": (2, 2, 0, 0.0),
+        "beam_any": (2, 2, 1, 0.5),
+        "sample_pass": (2, 2, 1, 0.5),
+        "sample_majority": (2, 2, 0, 0.0),
+        "oneshot": (2, 2, 0, 0.0),
+        "oracle": (2, 2, 1, 0.5),
+    }
 
 
 def test_gold_rank_by_hand(db):
-    got = {r[0]: r[1:] for r in db.execute(
-        "SELECT method || '/' || item_group, n_items, n_partial, median, q25, q75, top1, top5, top10 FROM gold_rank "
-        "WHERE lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT method || '/' || item_group, n_items, n_partial, median, q25, q75, top1, top5, top10 FROM gold_rank "
+            "WHERE lang = 'en'"
+        ).fetchall()
+    }
     # quantile_cont interpolates: [3, 40] -> median 21.5, q25 3 + 0.25 * 37 = 12.25, q75 30.75.
     # dense_failed: i6's ranked token is a byte piece, so it has no rank: [2, 12] -> 7, 4.5, 9.5
     assert got["w/mc_only"] == (2, 0, 21.5, 12.25, 30.75, 0.0, 0.5, 0.5)
@@ -272,18 +416,23 @@ def test_gold_rank_by_hand(db):
 
 
 def test_gold_rank_cdf_by_hand(db):
-    got = db.execute("SELECT series, n_items, gold_rank, cdf FROM gold_rank_cdf WHERE lang = 'en' "
-                     "ORDER BY series, gold_rank").fetchall()
+    got = db.execute(
+        "SELECT series, n_items, gold_rank, cdf FROM gold_rank_cdf WHERE lang = 'en' "
+        "ORDER BY series, gold_rank"
+    ).fetchall()
     assert got == [("dense", 2, 1, 1.0), ("pruned", 2, 3, 0.5), ("pruned", 2, 40, 1.0)]
 
 
 def test_selection_by_hand(db):
     # pool: i1..i4 right in open and mc (i4 wrong in candidates); i5 right only in mc; i6, i7 wrong in both
-    assert db.execute("SELECT method, n_items, n_pool, open_correct, candidates_correct, mc_correct, both_correct, "
-                      "n_selected FROM selection").fetchone() == ("dense", 4, 7, 4, 3, 5, 4, 4)
+    assert db.execute(
+        "SELECT method, n_items, n_pool, open_correct, candidates_correct, mc_correct, both_correct, "
+        "n_selected FROM selection"
+    ).fetchone() == ("dense", 4, 7, 4, 3, 5, 4, 4)
 
 
 # --- distractors in the passage, and items dropped before evaluation ------------------------------
+
 
 def _distractor_db(tmp_path):
     """The fixture logs; i1, i2 have every distractor in the passage, i3, i4 do not; the items
@@ -294,28 +443,53 @@ def _distractor_db(tmp_path):
     frame(POOL).write_parquet(tmp_path / "p.parquet")
     sel = tmp_path / "selected" / "m" / "d" / "en.parquet"
     sel.parent.mkdir(parents=True)
-    pl.DataFrame({"item_id": ["i1", "i2", "i3", "i4"], "dataset": ["d"] * 4, "lang": ["en"] * 4,
-                  "options": [["a", "b", "c", "d"]] * 4, "distractors_in_passage": [True, True, False, False]},
-                 schema_overrides={"options": pl.List(pl.String)}).write_parquet(sel)
+    pl.DataFrame(
+        {
+            "item_id": ["i1", "i2", "i3", "i4"],
+            "dataset": ["d"] * 4,
+            "lang": ["en"] * 4,
+            "options": [["a", "b", "c", "d"]] * 4,
+            "distractors_in_passage": [True, True, False, False],
+        },
+        schema_overrides={"options": pl.List(pl.String)},
+    ).write_parquet(sel)
     report = tmp_path / "items" / "d" / "en.report.json"
     report.parent.mkdir(parents=True)
-    report.write_text(json.dumps({
-        "dataset": "d",
-        "validation": {"empty_id": 0, "duplicate_id": 0, "empty_context": 0, "empty_question": 0, "empty_answer": 2,
-                       "answer_not_in_passage": 0, "n_input": 16, "n_valid": 14, "examples": {}},
-        "items": {"n_input": 14, "too_few_distractors": 3, "n_items": 11, "examples": {}},
-    }))
+    report.write_text(
+        json.dumps(
+            {
+                "dataset": "d",
+                "validation": {
+                    "empty_id": 0,
+                    "duplicate_id": 0,
+                    "empty_context": 0,
+                    "empty_question": 0,
+                    "empty_answer": 2,
+                    "answer_not_in_passage": 0,
+                    "n_input": 16,
+                    "n_valid": 14,
+                    "examples": {},
+                },
+                "items": {"n_input": 14, "too_few_distractors": 3, "n_items": 11, "examples": {}},
+            }
+        )
+    )
     con = duckdb.connect()
-    create_views(con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "p.parquet")], [str(report)])
+    create_views(
+        con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "p.parquet")], [str(report)]
+    )
     run_sql_files(con, SQL)
     return con
 
 
 def test_accuracy_by_distractor_source_by_hand(tmp_path):
     con = _distractor_db(tmp_path)
-    got = {r[:4]: r[4:] for r in con.execute(
-        "SELECT method, lang, distractors_in_passage, format, n_items, accuracy FROM accuracy_by_distractor_source"
-    ).fetchall()}
+    got = {
+        r[:4]: r[4:]
+        for r in con.execute(
+            "SELECT method, lang, distractors_in_passage, format, n_items, accuracy FROM accuracy_by_distractor_source"
+        ).fetchall()
+    }
     # mc: dense 1,1 | 1,1; w 1,1 (i1, i2) | 0,1 (i3, i4). candidates: dense 1,1 | 1,0; w 1,0 | 0,1
     for lang in ("en", "all"):
         assert got[("dense", lang, True, "mc")] == (2, 1.0)
@@ -327,27 +501,50 @@ def test_accuracy_by_distractor_source_by_hand(tmp_path):
         assert got[("w", lang, True, "candidates")] == (2, 0.5)
         assert got[("w", lang, False, "candidates")] == (2, 0.5)
     assert len(got) == 16
-    for acc, lo, hi in con.execute("SELECT accuracy, ci_low, ci_high FROM accuracy_by_distractor_source").fetchall():
+    for acc, lo, hi in con.execute(
+        "SELECT accuracy, ci_low, ci_high FROM accuracy_by_distractor_source"
+    ).fetchall():
         assert lo <= acc + 1e-12 and acc <= hi + 1e-12
     # a group whose items are all right has the interval [1, 1]
-    assert con.execute("SELECT ci_low, ci_high FROM accuracy_by_distractor_source WHERE method = 'dense' "
-                       "AND lang = 'en' AND distractors_in_passage AND format = 'mc'").fetchone() == (1.0, 1.0)
+    assert con.execute(
+        "SELECT ci_low, ci_high FROM accuracy_by_distractor_source WHERE method = 'dense' "
+        "AND lang = 'en' AND distractors_in_passage AND format = 'mc'"
+    ).fetchone() == (1.0, 1.0)
 
 
 def test_accuracy_by_distractor_source_without_the_item_column(db):
     """Item files written before distractors_in_passage existed: one NULL group per format."""
-    got = db.execute("SELECT method, distractors_in_passage, format, n_items, accuracy "
-                     "FROM accuracy_by_distractor_source WHERE lang = 'en' ORDER BY method, format").fetchall()
-    assert got == [("dense", None, "candidates", 4, 0.75), ("dense", None, "mc", 4, 1.0),
-                   ("w", None, "candidates", 4, 0.5), ("w", None, "mc", 4, 0.75)]
+    got = db.execute(
+        "SELECT method, distractors_in_passage, format, n_items, accuracy "
+        "FROM accuracy_by_distractor_source WHERE lang = 'en' ORDER BY method, format"
+    ).fetchall()
+    assert got == [
+        ("dense", None, "candidates", 4, 0.75),
+        ("dense", None, "mc", 4, 1.0),
+        ("w", None, "candidates", 4, 0.5),
+        ("w", None, "mc", 4, 0.75),
+    ]
 
 
 def test_item_drops_and_selection_count_dropped_items(tmp_path, db):
     con = _distractor_db(tmp_path)
-    drops = dict(con.execute("SELECT reason, n FROM item_drops WHERE dataset = 'd' AND lang = 'en'").fetchall())
-    assert drops == {"empty_id": 0, "duplicate_id": 0, "empty_context": 0, "empty_question": 0, "empty_answer": 2,
-                     "answer_not_in_passage": 0, "too_few_distractors": 3}
-    assert con.execute("SELECT n_selected, n_dropped_too_few_distractors FROM selection").fetchone() == (4, 3)
+    drops = dict(
+        con.execute(
+            "SELECT reason, n FROM item_drops WHERE dataset = 'd' AND lang = 'en'"
+        ).fetchall()
+    )
+    assert drops == {
+        "empty_id": 0,
+        "duplicate_id": 0,
+        "empty_context": 0,
+        "empty_question": 0,
+        "empty_answer": 2,
+        "answer_not_in_passage": 0,
+        "too_few_distractors": 3,
+    }
+    assert con.execute(
+        "SELECT n_selected, n_dropped_too_few_distractors FROM selection"
+    ).fetchone() == (4, 3)
     # without an items report the count is unknown, not zero
     assert db.execute("SELECT count(*) FROM item_drops").fetchone() == (0,)
     assert db.execute("SELECT n_dropped_too_few_distractors FROM selection").fetchone() == (None,)
@@ -355,11 +552,25 @@ def test_item_drops_and_selection_count_dropped_items(tmp_path, db):
 
 def test_every_table_carries_the_identifying_columns(db):
     ident = {"model", "method", "structure", "sparsity", "dataset", "lang", "n_items"}
-    for table in ("accuracy", "support_gradient", "delta_pr", "mc_only", "recovery", "gold_rank", "gold_rank_cdf",
-                  "selection", "rates", "accuracy_by_distractor_source"):
+    for table in (
+        "accuracy",
+        "support_gradient",
+        "delta_pr",
+        "mc_only",
+        "recovery",
+        "gold_rank",
+        "gold_rank_cdf",
+        "selection",
+        "rates",
+        "accuracy_by_distractor_source",
+    ):
         cols = {r[0] for r in db.execute(f"DESCRIBE {table}").fetchall()}
         assert ident <= cols, (table, ident - cols)
-        rate_cols = [c for c in cols if c in ("accuracy", "drop", "delta_pr", "mc_only_rate", "rate", "top1", "value")]
+        rate_cols = [
+            c
+            for c in cols
+            if c in ("accuracy", "drop", "delta_pr", "mc_only_rate", "rate", "top1", "value")
+        ]
         for c in rate_cols:
             lo = {"mc_only_rate": "mc_only_ci_low", "top1": "top1_ci_low"}.get(c, "ci_low")
             assert lo in cols, (table, c)
@@ -367,44 +578,64 @@ def test_every_table_carries_the_identifying_columns(db):
 
 # --- bootstrap intervals --------------------------------------------------------------------------
 
+
 def test_bootstrap_weights_resample_each_benchmark(db):
     n_boot = MetricSettings().bootstrap_replicates
-    got = db.execute("SELECT population, count(DISTINCT b), min(s), max(s) FROM (SELECT population, b, sum(w) AS s "
-                     "FROM bootstrap_weights GROUP BY ALL) GROUP BY ALL ORDER BY 1").fetchall()
+    got = db.execute(
+        "SELECT population, count(DISTINCT b), min(s), max(s) FROM (SELECT population, b, sum(w) AS s "
+        "FROM bootstrap_weights GROUP BY ALL) GROUP BY ALL ORDER BY 1"
+    ).fetchall()
     # every replicate draws n items: 7 in the pool, 4 selected
     assert got == [("pool", n_boot, 7, 7), ("selected", n_boot, 4, 4)]
 
 
 def test_intervals_equal_an_independent_percentile_bootstrap(db):
     """Recompute the interval of two rates from the stored resamples with numpy."""
-    for metric, items in (("acc_candidates", {"i1": 1.0, "i2": 0.0, "i3": 0.0, "i4": 1.0}),
-                          ("rec_beam_any", {"i1": 1.0, "i2": 0.0})):
+    for metric, items in (
+        ("acc_candidates", {"i1": 1.0, "i2": 0.0, "i3": 0.0, "i4": 1.0}),
+        ("rec_beam_any", {"i1": 1.0, "i2": 0.0}),
+    ):
         draws: dict[int, list] = {}
-        for b, item, w in db.execute("SELECT b, item_id, w FROM bootstrap_weights "
-                                     "WHERE population = 'selected'").fetchall():
+        for b, item, w in db.execute(
+            "SELECT b, item_id, w FROM bootstrap_weights WHERE population = 'selected'"
+        ).fetchall():
             if item in items:
                 draws.setdefault(b, []).append((item, w))
         reps = [sum(w * items[i] for i, w in d) / sum(w for _, w in d) for d in draws.values()]
         lo, hi = np.percentile(reps, [2.5, 97.5])  # linear interpolation, as quantile_cont
-        got = db.execute("SELECT ci_low, ci_high, n_boot FROM rates WHERE method = 'w' AND lang = 'en' AND metric = ?",
-                         [metric]).fetchone()
+        got = db.execute(
+            "SELECT ci_low, ci_high, n_boot FROM rates WHERE method = 'w' AND lang = 'en' AND metric = ?",
+            [metric],
+        ).fetchone()
         assert got == (pytest.approx(lo), pytest.approx(hi), len(reps))
 
 
 def test_intervals_contain_the_rate_and_collapse_on_constant_values(db):
-    bad = db.execute("SELECT metric, value, ci_low, ci_high FROM rates "
-                     "WHERE NOT (ci_low <= value + 1e-12 AND value <= ci_high + 1e-12)").fetchall()
+    bad = db.execute(
+        "SELECT metric, value, ci_low, ci_high FROM rates "
+        "WHERE NOT (ci_low <= value + 1e-12 AND value <= ci_high + 1e-12)"
+    ).fetchall()
     assert bad == []
     # every MC-only item's gold rank is > 1: a constant 0, so the interval is [0, 0]
-    assert db.execute("SELECT ci_low, ci_high FROM rates WHERE metric = 'top1_mc_only'").fetchone() == (0.0, 0.0)
+    assert db.execute(
+        "SELECT ci_low, ci_high FROM rates WHERE metric = 'top1_mc_only'"
+    ).fetchone() == (0.0, 0.0)
 
 
 def test_intervals_are_seeded(tmp_path):
     def ci(seed, sub):
         (tmp_path / sub).mkdir()
-        con = build(tmp_path / sub, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL,
-                    seed=seed, bootstrap_replicates=200)
-        return con.execute("SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w' ORDER BY ALL").fetchall()
+        con = build(
+            tmp_path / sub,
+            DENSE + PRUNED,
+            {"en": ["i1", "i2", "i3", "i4"]},
+            POOL,
+            seed=seed,
+            bootstrap_replicates=200,
+        )
+        return con.execute(
+            "SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w' ORDER BY ALL"
+        ).fetchall()
 
     first = ci(1, "a")
     assert first == ci(1, "b")
@@ -414,11 +645,21 @@ def test_intervals_are_seeded(tmp_path):
 def test_interval_width_matches_the_binomial_standard_error(tmp_path):
     """400 items, half right: a 95% interval of about +-1.96*sqrt(0.25/400) = +-0.049."""
     ids = [f"q{i:03d}" for i in range(400)]
-    rows = [r for k, i in enumerate(ids) for r in (row("dense", i, "open", True), row("dense", i, "mc", True),
-                                                   row("w", i, "open", k % 2 == 0), row("w", i, "mc", True))]
+    rows = [
+        r
+        for k, i in enumerate(ids)
+        for r in (
+            row("dense", i, "open", True),
+            row("dense", i, "mc", True),
+            row("w", i, "open", k % 2 == 0),
+            row("w", i, "mc", True),
+        )
+    ]
     con = build(tmp_path, rows, {"en": ids}, bootstrap_replicates=1000)
-    n, value, lo, hi = con.execute("SELECT n_items, value, ci_low, ci_high FROM rates WHERE method = 'w' "
-                                   "AND lang = 'en' AND metric = 'acc_open'").fetchone()
+    n, value, lo, hi = con.execute(
+        "SELECT n_items, value, ci_low, ci_high FROM rates WHERE method = 'w' "
+        "AND lang = 'en' AND metric = 'acc_open'"
+    ).fetchone()
     assert (n, value) == (400, 0.5)
     assert 0.043 < value - lo < 0.055 and 0.043 < hi - value < 0.055
 
@@ -427,13 +668,24 @@ def test_paired_drop_interval_is_narrower_than_unpaired(tmp_path):
     """The drop is resampled per item: items right in both checkpoints add no variance."""
     ids = [f"q{i:03d}" for i in range(200)]
     # the pruned checkpoint loses exactly 20 of 200 items in open
-    rows = [r for k, i in enumerate(ids) for r in (row("dense", i, "open", True), row("dense", i, "mc", True),
-                                                   row("w", i, "open", k >= 20), row("w", i, "mc", True))]
+    rows = [
+        r
+        for k, i in enumerate(ids)
+        for r in (
+            row("dense", i, "open", True),
+            row("dense", i, "mc", True),
+            row("w", i, "open", k >= 20),
+            row("w", i, "mc", True),
+        )
+    ]
     con = build(tmp_path, rows, {"en": ids})
-    drop, lo, hi = con.execute("SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open' "
-                               "AND method = 'w'").fetchone()
-    acc_lo, acc_hi = con.execute("SELECT ci_low, ci_high FROM accuracy WHERE method = 'w' AND format = 'open' "
-                                 "AND lang = 'en'").fetchone()
+    drop, lo, hi = con.execute(
+        "SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open' AND method = 'w'"
+    ).fetchone()
+    acc_lo, acc_hi = con.execute(
+        "SELECT ci_low, ci_high FROM accuracy WHERE method = 'w' AND format = 'open' "
+        "AND lang = 'en'"
+    ).fetchone()
     assert drop == pytest.approx(0.1)
     assert lo > 0.05 and hi < 0.15
     # with a dense accuracy of exactly 1, the paired drop interval mirrors the accuracy interval
@@ -442,15 +694,24 @@ def test_paired_drop_interval_is_narrower_than_unpaired(tmp_path):
 
 # --- edge cases -----------------------------------------------------------------------------------
 
+
 def test_zero_mc_only_items(tmp_path):
-    rows = [row("dense", "i1", "open", True), row("dense", "i1", "mc", True),
-            row("w", "i1", "open", True), row("w", "i1", "mc", True)]
+    rows = [
+        row("dense", "i1", "open", True),
+        row("dense", "i1", "mc", True),
+        row("w", "i1", "open", True),
+        row("w", "i1", "mc", True),
+    ]
     con = build(tmp_path, rows, {"en": ["i1"]})
-    assert con.execute("SELECT n_mc_only, mc_only_rate, mc_only_ci_low, mc_only_ci_high, n_demoted, n_erased "
-                       "FROM mc_only WHERE method = 'w' AND lang = 'en'").fetchone() == (0, 0.0, 0.0, 0.0, 0, 0)
+    assert con.execute(
+        "SELECT n_mc_only, mc_only_rate, mc_only_ci_low, mc_only_ci_high, n_demoted, n_erased "
+        "FROM mc_only WHERE method = 'w' AND lang = 'en'"
+    ).fetchone() == (0, 0.0, 0.0, 0.0, 0, 0)
     assert con.execute("SELECT count(*) FROM recovery").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM gold_rank_cdf").fetchone() == (0,)
-    assert con.execute("SELECT count(*) FROM gold_rank WHERE item_group = 'mc_only'").fetchone() == (0,)
+    assert con.execute(
+        "SELECT count(*) FROM gold_rank WHERE item_group = 'mc_only'"
+    ).fetchone() == (0,)
 
 
 def test_one_language_pooled_rows_equal_the_language_rows(db):
@@ -460,8 +721,10 @@ def test_one_language_pooled_rows_equal_the_language_rows(db):
           AND NOT (a.n_items = b.n_items AND a.value = b.value AND a.ci_low = b.ci_low AND a.ci_high = b.ci_high)
     """).fetchall()
     assert diff == []
-    assert db.execute("SELECT count(*) FROM rates WHERE lang = 'en'").fetchone() == \
-        db.execute("SELECT count(*) FROM rates WHERE lang = 'all'").fetchone()
+    assert (
+        db.execute("SELECT count(*) FROM rates WHERE lang = 'en'").fetchone()
+        == db.execute("SELECT count(*) FROM rates WHERE lang = 'all'").fetchone()
+    )
 
 
 def test_two_languages_pool_by_item(tmp_path):
@@ -469,38 +732,70 @@ def test_two_languages_pool_by_item(tmp_path):
     rows = []
     for lang, ids in (("en", ["a", "b", "c"]), ("de", ["d"])):
         for i in ids:
-            rows += [row("dense", i, "open", True, lang=lang), row("dense", i, "mc", True, lang=lang),
-                     row("w", i, "open", i not in ("a", "d"), lang=lang), row("w", i, "mc", True, lang=lang)]
+            rows += [
+                row("dense", i, "open", True, lang=lang),
+                row("dense", i, "mc", True, lang=lang),
+                row("w", i, "open", i not in ("a", "d"), lang=lang),
+                row("w", i, "mc", True, lang=lang),
+            ]
     con = build(tmp_path, rows, {"en": ["a", "b", "c"], "de": ["d"]})
-    got = {r[0]: r[1:] for r in con.execute(
-        "SELECT lang, n_items, n_mc_only, mc_only_rate FROM mc_only WHERE method = 'w'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT lang, n_items, n_mc_only, mc_only_rate FROM mc_only WHERE method = 'w'"
+        ).fetchall()
+    }
     assert got == {"de": (1, 1, 1.0), "en": (3, 1, pytest.approx(1 / 3)), "all": (4, 2, 0.5)}
 
 
 def test_missing_decode_and_unknown_status(tmp_path):
     """Beam and sampling switched off: only oneshot and the oracle; an MC-only item with no decode
     at all is 'unknown', in neither the demoted nor the erased denominator."""
-    rows = [r for i in ("i1", "i2") for r in (row("dense", i, "open", True), row("dense", i, "mc", True))]
-    rows += [row("w", "i1", "open", False, rank=2), row("w", "i1", "mc", True), row("w", "i1", "oneshot", True),
-             row("w", "i2", "open", False, rank=9), row("w", "i2", "mc", True)]
+    rows = [
+        r
+        for i in ("i1", "i2")
+        for r in (row("dense", i, "open", True), row("dense", i, "mc", True))
+    ]
+    rows += [
+        row("w", "i1", "open", False, rank=2),
+        row("w", "i1", "mc", True),
+        row("w", "i1", "oneshot", True),
+        row("w", "i2", "open", False, rank=9),
+        row("w", "i2", "mc", True),
+    ]
     con = build(tmp_path, rows, {"en": ["i1", "i2"]})
-    got = {r[0]: r[1:] for r in con.execute(
-        "SELECT decode, n_mc_only, n_items, rate FROM recovery WHERE lang = 'en'").fetchall()}
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT decode, n_mc_only, n_items, rate FROM recovery WHERE lang = 'en'"
+        ).fetchall()
+    }
     assert got == {"oneshot": (2, 1, 1.0), "oracle": (2, 1, 1.0)}
-    assert con.execute("SELECT status FROM item_outcomes WHERE method = 'w' ORDER BY item_id").fetchall() \
-        == [("demoted",), ("unknown",)]
-    assert con.execute("SELECT n_demoted, n_erased, n_unknown, demoted_rate FROM mc_only "
-                       "WHERE method = 'w' AND lang = 'en'").fetchone() == (1, 0, 1, 1.0)
+    assert con.execute(
+        "SELECT status FROM item_outcomes WHERE method = 'w' ORDER BY item_id"
+    ).fetchall() == [("demoted",), ("unknown",)]
+    assert con.execute(
+        "SELECT n_demoted, n_erased, n_unknown, demoted_rate FROM mc_only "
+        "WHERE method = 'w' AND lang = 'en'"
+    ).fetchone() == (1, 0, 1, 1.0)
 
 
 def test_missing_format_has_no_rows(tmp_path):
     """candidates not evaluated: no candidates accuracy, no Delta_PR, no candidates drop."""
-    rows = [row("dense", "i1", "open", True), row("dense", "i1", "mc", True),
-            row("w", "i1", "open", False), row("w", "i1", "mc", True)]
+    rows = [
+        row("dense", "i1", "open", True),
+        row("dense", "i1", "mc", True),
+        row("w", "i1", "open", False),
+        row("w", "i1", "mc", True),
+    ]
     con = build(tmp_path, rows, {"en": ["i1"]})
     assert con.execute("SELECT count(*) FROM delta_pr").fetchone() == (0,)
-    assert con.execute("SELECT count(*) FROM accuracy WHERE format = 'candidates'").fetchone() == (0,)
-    assert {r[0] for r in con.execute("SELECT DISTINCT format FROM support_gradient").fetchall()} == {"open", "mc", "mc_norm"}
+    assert con.execute("SELECT count(*) FROM accuracy WHERE format = 'candidates'").fetchone() == (
+        0,
+    )
+    assert {
+        r[0] for r in con.execute("SELECT DISTINCT format FROM support_gradient").fetchall()
+    } == {"open", "mc", "mc_norm"}
 
 
 def test_bad_metric_settings_are_refused(tmp_path):
@@ -513,40 +808,63 @@ def test_position_bias_by_hand(tmp_path):
     gens = []
     for item, gold in (("i1", 0), ("i2", 1), ("i3", 2), ("i4", 3)):
         for method, cand, mc in (("dense", gold, gold), ("w", 2 if item != "i4" else None, 0)):
-            gens.append(dict(row(method, item, "candidates", cand == gold), pred_option=cand, gold_option=gold))
+            gens.append(
+                dict(
+                    row(method, item, "candidates", cand == gold),
+                    pred_option=cand,
+                    gold_option=gold,
+                )
+            )
             gens.append(dict(row(method, item, "mc", mc == gold), pred_option=mc, gold_option=gold))
             gens.append(row(method, item, "open", True, rank=1))
     frame(gens).write_parquet(tmp_path / "g.parquet")
     sel = tmp_path / "selected" / "m" / "d" / "en.parquet"
     sel.parent.mkdir(parents=True)
-    pl.DataFrame({"item_id": ["i1", "i2", "i3", "i4"], "dataset": ["d"] * 4, "lang": ["en"] * 4,
-                  "options": [["a", "b", "c", "d"]] * 4}).write_parquet(sel)
+    pl.DataFrame(
+        {
+            "item_id": ["i1", "i2", "i3", "i4"],
+            "dataset": ["d"] * 4,
+            "lang": ["en"] * 4,
+            "options": [["a", "b", "c", "d"]] * 4,
+        }
+    ).write_parquet(sel)
     con = duckdb.connect()
     create_views(con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "g.parquet")])
     run_sql_files(con, SQL, None)
-    got = {(m, f, p): (n, c, s, g, u) for m, f, p, n, c, s, g, u in con.execute(
-        "SELECT method, format, position, n_items, n_chosen, share, gold_share, uniform FROM position_bias "
-        "WHERE lang = 'en'").fetchall()}
+    got = {
+        (m, f, p): (n, c, s, g, u)
+        for m, f, p, n, c, s, g, u in con.execute(
+            "SELECT method, format, position, n_items, n_chosen, share, gold_share, uniform FROM position_bias "
+            "WHERE lang = 'en'"
+        ).fetchall()
+    }
     assert got[("w", "candidates", "C")] == (4, 3, 0.75, 0.25, 0.25)
     assert got[("w", "candidates", "none")] == (4, 1, 0.25, 0.0, 0.0)
     assert got[("w", "candidates", "A")] == (4, 0, 0.0, 0.25, 0.25)
     assert got[("w", "mc", "A")] == (4, 4, 1.0, 0.25, 0.25)
     assert ("w", "mc", "none") not in got
     assert all(got[("dense", f, p)][2] == 0.25 for f in ("candidates", "mc") for p in "ABCD")
-    pooled = con.execute("SELECT sum(n_chosen) FROM position_bias WHERE dataset = 'all' AND method = 'w' "
-                         "AND format = 'candidates'").fetchone()
+    pooled = con.execute(
+        "SELECT sum(n_chosen) FROM position_bias WHERE dataset = 'all' AND method = 'w' "
+        "AND format = 'candidates'"
+    ).fetchone()
     assert pooled == (4,)
 
 
 # --- the rates macro and the report view ----------------------------------------------------------
 
+
 def test_rate_of_returns_the_rows_of_one_metric_and_population(db):
     keys = db.execute("SELECT DISTINCT metric, population FROM rates ORDER BY ALL").fetchall()
     assert ("top1_dense_failed", "pool") in keys and ("mc_only", "selected") in keys
     for metric, population in keys:
-        got = db.execute("SELECT * FROM rate_of(?, ?) ORDER BY ALL", [metric, population]).fetchall()
-        want = db.execute("SELECT * FROM rates WHERE metric = ? AND population = ? ORDER BY ALL",
-                          [metric, population]).fetchall()
+        got = db.execute(
+            "SELECT * FROM rate_of(?, ?) ORDER BY ALL", [metric, population]
+        ).fetchall()
+        want = db.execute(
+            "SELECT * FROM rates WHERE metric = ? AND population = ? ORDER BY ALL",
+            [metric, population],
+        ).fetchall()
         assert got == want and got, (metric, population)
     assert db.execute("SELECT count(*) FROM rate_of('mc_only', 'pool')").fetchone() == (0,)
     # called with the columns of the joined row (laterally): every row of rates once
@@ -570,17 +888,31 @@ def _cli_csv(db, monkeypatch, capsys, *args) -> pl.DataFrame:
 
 
 def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsys):
-    views = {r[0] for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+    views = {
+        r[0]
+        for r in db.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    }
     assert "report_summary" in views
     view = db.sql("SELECT * FROM report_summary").pl()
     assert view.height == 4 and set(view["lang"]) == {"en", "all"}
     w = view.filter((pl.col("method") == "w") & (pl.col("lang") == "all")).to_dicts()[0]
-    mc_only = db.execute("SELECT mc_only_rate, n_demoted, n_erased FROM mc_only WHERE method = 'w' AND lang = 'all'"
-                         ).fetchone()
-    acc = dict(db.execute("SELECT format, accuracy FROM accuracy WHERE method = 'w' AND lang = 'all'").fetchall())
-    assert (w["open"], w["candidates"], w["mc"]) == (round(acc["open"], 3), round(acc["candidates"], 3),
-                                                     round(acc["mc"], 3))
-    assert w["mc_only_rate_ci"].startswith(f"{mc_only[0]:.2f} [") and (w["demoted"], w["erased"]) == mc_only[1:]
+    mc_only = db.execute(
+        "SELECT mc_only_rate, n_demoted, n_erased FROM mc_only WHERE method = 'w' AND lang = 'all'"
+    ).fetchone()
+    acc = dict(
+        db.execute(
+            "SELECT format, accuracy FROM accuracy WHERE method = 'w' AND lang = 'all'"
+        ).fetchall()
+    )
+    assert (w["open"], w["candidates"], w["mc"]) == (
+        round(acc["open"], 3),
+        round(acc["candidates"], 3),
+        round(acc["mc"], 3),
+    )
+    assert (
+        w["mc_only_rate_ci"].startswith(f"{mc_only[0]:.2f} [")
+        and (w["demoted"], w["erased"]) == mc_only[1:]
+    )
 
     file_db = _file_db(db, tmp_path)
     keys = ["model", "method", "structure", "sparsity", "dataset", "lang"]
@@ -593,10 +925,15 @@ def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsy
 
     # the command reads the view: change the view, and the output changes with it
     con = duckdb.connect(str(file_db))
-    con.execute("CREATE OR REPLACE VIEW report_summary AS "
-                "SELECT model, method, structure, sparsity, dataset, lang, 'from the view' AS marker FROM mc_only")
+    con.execute(
+        "CREATE OR REPLACE VIEW report_summary AS "
+        "SELECT model, method, structure, sparsity, dataset, lang, 'from the view' AS marker FROM mc_only"
+    )
     con.close()
-    assert _cli_csv(file_db, monkeypatch, capsys, "summary")["marker"].to_list() == ["from the view"] * 2
+    assert (
+        _cli_csv(file_db, monkeypatch, capsys, "summary")["marker"].to_list()
+        == ["from the view"] * 2
+    )
 
 
 def test_summary_names_a_database_without_its_report_views(tmp_path, db, monkeypatch, capsys):
@@ -615,6 +952,11 @@ def test_parquet_list_quotes_paths(tmp_path):
     odd = tmp_path / "it's"
     odd.mkdir()
     frame(DENSE).write_parquet(odd / "g.parquet")
-    assert parquet_list([odd / "g.parquet", "b"]) == "['" + str(odd).replace("'", "''") + "/g.parquet', 'b']"
+    assert (
+        parquet_list([odd / "g.parquet", "b"])
+        == "['" + str(odd).replace("'", "''") + "/g.parquet', 'b']"
+    )
     con = duckdb.connect()
-    assert con.execute(f"SELECT count(*) FROM read_parquet({parquet_list([odd / 'g.parquet'])})").fetchone() == (12,)
+    assert con.execute(
+        f"SELECT count(*) FROM read_parquet({parquet_list([odd / 'g.parquet'])})"
+    ).fetchone() == (12,)

@@ -27,32 +27,37 @@ DEFAULT_DB = "results/illusion.duckdb"
 
 # Every report is a view of the database (workflow/sql/90_report.sql, workflow/sql/concepts/
 # 90_report.sql; docs/metrics.md, docs/concepts.md): the commands only choose rows.
-SUMMARY_SQL = ("SELECT * EXCLUDE (dataset, lang) FROM report_summary WHERE lang = 'all' "
-               "ORDER BY model, method, structure, sparsity")
-SUMMARY_BY_LANG_SQL = ("SELECT * FROM report_summary WHERE lang <> 'all' "
-                       "ORDER BY model, method, structure, sparsity, dataset, lang")
+SUMMARY_SQL = (
+    "SELECT * EXCLUDE (dataset, lang) FROM report_summary WHERE lang = 'all' "
+    "ORDER BY model, method, structure, sparsity"
+)
+SUMMARY_BY_LANG_SQL = (
+    "SELECT * FROM report_summary WHERE lang <> 'all' "
+    "ORDER BY model, method, structure, sparsity, dataset, lang"
+)
 
-DAMAGE_TITLE = ("Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, the drop its "
-                "languages predict, the excess, with intervals, and the test's BH q-value)")
+DAMAGE_TITLE = (
+    "Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, the drop its "
+    "languages predict, the excess, with intervals, and the test's BH q-value)"
+)
 # What qualifies, and why nothing may: the settings the damage tests ran with (docs/concepts.md).
 DAMAGE_CRITERIA_SQL = "SELECT fdr_q, permutations, tested FROM report_damage_criteria"
 
 CONCEPT_SQL = {
     "SAE fit (held-out positions)": "SELECT * FROM report_concept_sae ORDER BY model",
-    "Best covered concepts (chi_bench across benchmarks)":
-        "SELECT * EXCLUDE (rank) FROM report_best_covered WHERE rank <= {n} ORDER BY model, rank",
-    "Least covered active concepts (chi_bench across benchmarks)":
-        "SELECT * EXCLUDE (rank) FROM report_least_covered WHERE rank <= {n} ORDER BY model, rank",
-    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)":
-        "SELECT * EXCLUDE (rank) FROM report_dense_gaps WHERE rank <= {n} ORDER BY model, rank",
+    "Best covered concepts (chi_bench across benchmarks)": "SELECT * EXCLUDE (rank) FROM report_best_covered WHERE rank <= {n} ORDER BY model, rank",
+    "Least covered active concepts (chi_bench across benchmarks)": "SELECT * EXCLUDE (rank) FROM report_least_covered WHERE rank <= {n} ORDER BY model, rank",
+    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)": "SELECT * EXCLUDE (rank) FROM report_dense_gaps WHERE rank <= {n} ORDER BY model, rank",
     DAMAGE_TITLE: "SELECT * EXCLUDE (rank) FROM report_concept_damage WHERE rank <= {n} "
-                  "ORDER BY model, method, structure, sparsity, rank",
+    "ORDER BY model, method, structure, sparsity, rank",
 }
 
 
 def _open(db: str):
     """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
-    from .aggregate import connect  # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
+    from .aggregate import (
+        connect,
+    )  # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
 
     path = Path(db).resolve()
     con = connect(path)
@@ -63,8 +68,9 @@ def _open(db: str):
 
 def _missing_view_hint(con, cmd: str) -> str:
     """Why a report view may be missing: no concept tables, or a database built before the views."""
-    has_concepts = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'chi_bench'"
-                               ).fetchone()[0]
+    has_concepts = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'chi_bench'"
+    ).fetchone()[0]
     if cmd == "concepts" and not has_concepts:
         return "this database has no concept tables (concepts.enabled: false)"
     return "the database predates its report views: rebuild it, e.g. `make run`, which re-runs the aggregation"
@@ -82,31 +88,56 @@ def _print(rel, csv: bool, max_rows: int) -> None:
 def _judge_command(args, parser: argparse.ArgumentParser) -> int:
     """Print the judge's verdict on args.output as one JSON object; bad arguments exit 2."""
     if args.max_length_factor <= 0:
-        parser.error(f"argument --max-length-factor: must be positive, got {args.max_length_factor}")
+        parser.error(
+            f"argument --max-length-factor: must be positive, got {args.max_length_factor}"
+        )
     if args.max_length_slack < 0:
-        parser.error(f"argument --max-length-slack: must not be negative, got {args.max_length_slack}")
+        parser.error(
+            f"argument --max-length-slack: must not be negative, got {args.max_length_slack}"
+        )
     if not any(tokenize(g, args.lang) for g in args.gold):
         parser.error("argument --gold: every gold is empty after normalisation")
-    common = dict(question=args.question, passage=args.passage, max_length_factor=args.max_length_factor,
-                  max_length_slack=args.max_length_slack)
+    common = dict(
+        question=args.question,
+        passage=args.passage,
+        max_length_factor=args.max_length_factor,
+        max_length_slack=args.max_length_slack,
+    )
     result: dict = {"format": args.format, "lang": args.lang}
     if args.format == "candidates":
         options = args.option
         if len(options) < 2:
-            parser.error(f"argument --option: the candidates format needs at least 2 options, got {len(options)}")
+            parser.error(
+                f"argument --option: the candidates format needs at least 2 options, got {len(options)}"
+            )
         if args.style == "letters" and len(options) > len(LABEL_LETTERS):
-            parser.error(f"argument --option: at most {len(LABEL_LETTERS)} options with --style letters")
+            parser.error(
+                f"argument --option: at most {len(LABEL_LETTERS)} options with --style letters"
+            )
         gold = _gold_option(options, args.gold, args.lang)
         if gold is None:
-            parser.error("argument --gold: no --option equals a --gold (candidates needs the gold among the options)")
-        v = judge_candidates(args.output, options, gold, args.lang, letters=args.style == "letters", **common)
+            parser.error(
+                "argument --gold: no --option equals a --gold (candidates needs the gold among the options)"
+            )
+        v = judge_candidates(
+            args.output, options, gold, args.lang, letters=args.style == "letters", **common
+        )
         result["gold_option"] = gold
     else:
         v = judge(args.output, args.gold, args.lang, options=args.option or None, **common)
     result.update(
-        correct=v.correct, exact_match=v.exact_match, f1=v.f1, contains=v.contains, echo=v.echo,
-        too_long=v.too_long, hedge=v.hedge, repeat=v.repeat, options_named=v.options_named,
-        pred_option=v.pred_option, answer_norm=normalize(v.judged, args.lang), judged=v.judged,
+        correct=v.correct,
+        exact_match=v.exact_match,
+        f1=v.f1,
+        contains=v.contains,
+        echo=v.echo,
+        too_long=v.too_long,
+        hedge=v.hedge,
+        repeat=v.repeat,
+        options_named=v.options_named,
+        pred_option=v.pred_option,
+        answer_norm=normalize(v.judged, args.lang),
+        judged=v.judged,
         line=first_line(args.output),
     )
     print(json.dumps(result, ensure_ascii=False))
@@ -126,8 +157,11 @@ def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmark_illusion", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmark_illusion",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
     sub = parser.add_subparsers(dest="cmd", required=True)
     q = sub.add_parser("sql", help="run one SQL statement and print its result")
@@ -135,26 +169,47 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     q.add_argument("--max-rows", type=int, default=200)
     sub.add_parser("tables", help="list tables and views with their row counts")
-    s = sub.add_parser("summary", help="accuracy per format, Delta_PR, MC-only rate, demoted/erased per checkpoint")
+    s = sub.add_parser(
+        "summary", help="accuracy per format, Delta_PR, MC-only rate, demoted/erased per checkpoint"
+    )
     s.add_argument("--by-lang", action="store_true", help="one line per language instead of pooled")
     s.add_argument("--csv", action="store_true")
-    c = sub.add_parser("concepts", help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage")
+    c = sub.add_parser(
+        "concepts", help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage"
+    )
     c.add_argument("-n", type=int, default=5, help="concepts per list (default 5)")
-    j = sub.add_parser("judge", help="judge one answer and print the verdict with every flag as JSON",
-                       description="Judge one generated answer as the evaluation does (src/benchmark_illusion/"
-                                   "judge.py) and print one JSON object. Exit code 0 whatever the verdict.")
+    j = sub.add_parser(
+        "judge",
+        help="judge one answer and print the verdict with every flag as JSON",
+        description="Judge one generated answer as the evaluation does (src/benchmark_illusion/"
+        "judge.py) and print one JSON object. Exit code 0 whatever the verdict.",
+    )
     j.add_argument("output", help="the generated answer (only its first non-empty line is judged)")
     j.add_argument("--lang", required=True, help="language code of the item, e.g. en, de, zh, tr")
-    j.add_argument("--gold", action="append", required=True, help="a gold answer (repeat for several)")
-    j.add_argument("--option", action="append", default=[],
-                   help="an option of the item, in prompt order (repeat); candidates needs at least 2")
+    j.add_argument(
+        "--gold", action="append", required=True, help="a gold answer (repeat for several)"
+    )
+    j.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        help="an option of the item, in prompt order (repeat); candidates needs at least 2",
+    )
     j.add_argument("--format", choices=("open", "candidates"), default="open", help="default: open")
-    j.add_argument("--style", choices=("letters", "bullets"), default="letters",
-                   help="candidates prompt style: options labelled A-H (letters) or not (bullets)")
+    j.add_argument(
+        "--style",
+        choices=("letters", "bullets"),
+        default="letters",
+        help="candidates prompt style: options labelled A-H (letters) or not (bullets)",
+    )
     j.add_argument("--question", default="", help="the question (for the echo rule)")
     j.add_argument("--passage", default="", help="the passage (for the passage-copy rule)")
-    j.add_argument("--max-length-factor", type=float, default=3.0, help="judge.max_length_factor (default 3.0)")
-    j.add_argument("--max-length-slack", type=int, default=3, help="judge.max_length_slack (default 3)")
+    j.add_argument(
+        "--max-length-factor", type=float, default=3.0, help="judge.max_length_factor (default 3.0)"
+    )
+    j.add_argument(
+        "--max-length-slack", type=int, default=3, help="judge.max_length_slack (default 3)"
+    )
     args = parser.parse_args(argv)
     if args.cmd == "judge":
         return _judge_command(args, j)
@@ -170,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "sql":
             _print(con.sql(args.query), args.csv, args.max_rows)
         elif args.cmd == "tables":
-            rows = con.execute("SELECT table_name, table_type FROM information_schema.tables ORDER BY 1").fetchall()
+            rows = con.execute(
+                "SELECT table_name, table_type FROM information_schema.tables ORDER BY 1"
+            ).fetchall()
             for name, kind in rows:
                 try:
                     count = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
@@ -186,14 +243,18 @@ def main(argv: list[str] | None = None) -> int:
                     _print(rel, False, 10_000)
                     continue
                 fdr_q, n_perm, tested = con.execute(DAMAGE_CRITERIA_SQL).fetchall()[0]
-                criteria = (f"BH q < {fdr_q:g} among the supported concepts of the checkpoint and a drop above its "
-                            "languages' drop")
+                criteria = (
+                    f"BH q < {fdr_q:g} among the supported concepts of the checkpoint and a drop above its "
+                    "languages' drop"
+                )
                 if len(rel.pl()):
                     print(f"  ({criteria})")
                     _print(rel, False, 10_000)
                 else:
-                    print(f"  no concept is significantly damaged ({criteria}; {tested or 0} concepts tested per "
-                          f"checkpoint, {n_perm} permutations: the smallest p is 1/{n_perm + 1})")
+                    print(
+                        f"  no concept is significantly damaged ({criteria}; {tested or 0} concepts tested per "
+                        f"checkpoint, {n_perm} permutations: the smallest p is 1/{n_perm + 1})"
+                    )
         else:
             _print(con.sql(SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL), args.csv, 10_000)
     except duckdb.Error as e:

@@ -20,8 +20,13 @@ from .io import atomic_path, parquet_list
 log = logging.getLogger("benchmark_illusion")
 
 
-def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selected: list[str],
-                 pool: list[str], item_reports: list[str] | None = None) -> None:
+def create_views(
+    con: duckdb.DuckDBPyConnection,
+    generations: list[str],
+    selected: list[str],
+    pool: list[str],
+    item_reports: list[str] | None = None,
+) -> None:
     """Views over exactly the given files (never a glob: stale files of an old config stay out).
 
     generations     evaluation logs on the selected items (every checkpoint)
@@ -33,8 +38,12 @@ def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selecte
     """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
-    con.execute(f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({parquet_list(generations)}, union_by_name = true)")
-    con.execute(f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({parquet_list(pool)}, union_by_name = true)")
+    con.execute(
+        f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({parquet_list(generations)}, union_by_name = true)"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({parquet_list(pool)}, union_by_name = true)"
+    )
     # results/selected/{model}/{dataset}/{lang}.parquet: the model is the third path part.
     con.execute(
         "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, * EXCLUDE (filename) "
@@ -47,7 +56,9 @@ def create_views(con: duckdb.DuckDBPyConnection, generations: list[str], selecte
             "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
             f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
         )
-    con.execute("CREATE OR REPLACE TABLE item_drops (dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)")
+    con.execute(
+        "CREATE OR REPLACE TABLE item_drops (dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)"
+    )
     rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
     if rows:
         con.executemany("INSERT INTO item_drops VALUES (?, ?, ?, ?)", rows)
@@ -65,8 +76,19 @@ def item_drop_rows(report_path: str | Path) -> list[tuple[str, str, str, int]]:
     dataset = report.get("dataset") or path.parent.name
     lang = path.name.removesuffix(".report.json")
     skip = {"n_input", "n_valid", "examples"}
-    rows = [(dataset, lang, reason, int(n)) for reason, n in report.get("validation", {}).items() if reason not in skip]
-    rows.append((dataset, lang, "too_few_distractors", int(report.get("items", {}).get("too_few_distractors", 0))))
+    rows = [
+        (dataset, lang, reason, int(n))
+        for reason, n in report.get("validation", {}).items()
+        if reason not in skip
+    ]
+    rows.append(
+        (
+            dataset,
+            lang,
+            "too_few_distractors",
+            int(report.get("items", {}).get("too_few_distractors", 0)),
+        )
+    )
     return rows
 
 
@@ -79,7 +101,9 @@ class MetricSettings:
     ci_level: float = 0.95
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dict[str, int | float]) -> None:
+def run_sql(
+    con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dict[str, int | float]
+) -> None:
     """Set the DuckDB variables the files read with getvariable(), then run each file in name
     order (each defines its tables with CREATE OR REPLACE)."""
     for name, value in variables.items():
@@ -89,26 +113,44 @@ def run_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dic
         con.execute(Path(f).read_text())
 
 
-def run_sql_files(con: duckdb.DuckDBPyConnection, sql_files: list[str],
-                  settings: MetricSettings | None = None) -> None:
+def run_sql_files(
+    con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: MetricSettings | None = None
+) -> None:
     """Run the metric files with their parameters: bootstrap_seed, bootstrap_replicates, ci_level."""
     s = settings or MetricSettings()
     if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
-        raise ValueError(f"metrics: bootstrap_replicates must be >= 1 and ci_level in (0, 1), got {s}")
-    run_sql(con, sql_files, {"bootstrap_seed": int(s.seed), "bootstrap_replicates": int(s.bootstrap_replicates),
-                             "ci_level": float(s.ci_level)})
+        raise ValueError(
+            f"metrics: bootstrap_replicates must be >= 1 and ci_level in (0, 1), got {s}"
+        )
+    run_sql(
+        con,
+        sql_files,
+        {
+            "bootstrap_seed": int(s.seed),
+            "bootstrap_replicates": int(s.bootstrap_replicates),
+            "ci_level": float(s.ci_level),
+        },
+    )
 
 
-def build_database(db_path: str | Path, generations: list[str], selected: list[str], pool: list[str],
-                   sql_files: list[str], settings: MetricSettings | None = None,
-                   item_reports: list[str] | None = None) -> None:
+def build_database(
+    db_path: str | Path,
+    generations: list[str],
+    selected: list[str],
+    pool: list[str],
+    sql_files: list[str],
+    settings: MetricSettings | None = None,
+    item_reports: list[str] | None = None,
+) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
             create_views(con, generations, selected, pool, item_reports)
             run_sql_files(con, sql_files, settings)
-            for (name,) in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall():
+            for (name,) in con.execute(
+                "SELECT table_name FROM information_schema.tables ORDER BY 1"
+            ).fetchall():
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
                 log.info("%s: %d rows", name, n)
         finally:
@@ -118,5 +160,7 @@ def build_database(db_path: str | Path, generations: list[str], selected: list[s
 def connect(db_path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
     """Open the results database (read-only by default)."""
     if not Path(db_path).is_file():
-        raise FileNotFoundError(f"no results database at {db_path}; run `make run` (or snakemake) first")
+        raise FileNotFoundError(
+            f"no results database at {db_path}; run `make run` (or snakemake) first"
+        )
     return duckdb.connect(str(db_path), read_only=read_only)

@@ -19,7 +19,11 @@ from pathlib import Path
 import polars as pl
 import torch
 
-C4_DEFAULT = {"hub_id": "allenai/c4", "data_files": "en/c4-train.00000-of-01024.json.gz", "split": "train"}
+C4_DEFAULT = {
+    "hub_id": "allenai/c4",
+    "data_files": "en/c4-train.00000-of-01024.json.gz",
+    "split": "train",
+}
 
 
 class CalibrationError(ValueError):
@@ -53,8 +57,13 @@ def c4_documents(cfg: dict, max_docs: int) -> list[str]:
 
     opts = {**C4_DEFAULT, **{k: v for k, v in cfg.items() if k in C4_DEFAULT or k == "revision"}}
     try:
-        ds = datasets.load_dataset(opts["hub_id"], data_files={opts["split"]: opts["data_files"]},
-                                   split=opts["split"], revision=opts.get("revision"), streaming=True)
+        ds = datasets.load_dataset(
+            opts["hub_id"],
+            data_files={opts["split"]: opts["data_files"]},
+            split=opts["split"],
+            revision=opts.get("revision"),
+            streaming=True,
+        )
     except Exception as e:  # noqa: BLE001 -- network and hub errors come in many types
         raise CalibrationError(
             f"calibration source c4_hub: could not load {opts['hub_id']} ({opts['data_files']}): {e}. "
@@ -63,7 +72,9 @@ def c4_documents(cfg: dict, max_docs: int) -> list[str]:
     return [row["text"] for row, _ in zip(ds, range(max_docs))]
 
 
-def make_windows(docs: list[str], tokenizer, n_windows: int, seq_len: int, seed: int) -> torch.Tensor:
+def make_windows(
+    docs: list[str], tokenizer, n_windows: int, seq_len: int, seed: int
+) -> torch.Tensor:
     """[n_windows, seq_len] token ids cut from the shuffled, EOS-joined documents."""
     if not docs:
         raise CalibrationError("the calibration source has no text")

@@ -50,9 +50,13 @@ class GapSettings:
 
     def check(self) -> None:
         if not 0 <= self.under_quantile < self.over_quantile <= 1:
-            raise ValueError(f"concepts.gaps: need 0 <= under_quantile < over_quantile <= 1, got {self}")
+            raise ValueError(
+                f"concepts.gaps: need 0 <= under_quantile < over_quantile <= 1, got {self}"
+            )
         if not 0 < self.stability_fraction <= 1:
-            raise ValueError(f"concepts.gaps.stability_fraction must be in (0, 1], got {self.stability_fraction}")
+            raise ValueError(
+                f"concepts.gaps.stability_fraction must be in (0, 1], got {self.stability_fraction}"
+            )
         if self.permutations < 1:
             raise ValueError(f"concepts.gaps.permutations must be >= 1, got {self.permutations}")
         if not 0 < self.fdr_q <= 1:
@@ -61,11 +65,18 @@ class GapSettings:
             raise ValueError(f"ci_level must be in (0, 1), got {self.ci_level}")
 
 
-def load_concept_tables(con: duckdb.DuckDBPyConnection, activations: list[str], tokens: list[str],
-                        labels: list[str]) -> None:
+def load_concept_tables(
+    con: duckdb.DuckDBPyConnection, activations: list[str], tokens: list[str], labels: list[str]
+) -> None:
     """Materialise the concept inputs as tables (queries need no Parquet file afterwards)."""
-    for table, paths in (("concept_activations", activations), ("concept_tokens", tokens), ("concept_labels", labels)):
-        con.execute(f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet({parquet_list(paths)})")
+    for table, paths in (
+        ("concept_activations", activations),
+        ("concept_tokens", tokens),
+        ("concept_labels", labels),
+    ):
+        con.execute(
+            f"CREATE OR REPLACE TABLE {table} AS SELECT * FROM read_parquet({parquet_list(paths)})"
+        )
 
 
 def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
@@ -73,11 +84,23 @@ def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
     rows = []
     for model, path in sorted(fits.items()):
         f = json.loads(Path(path).read_text())
-        rows.append({"model": model, "source": f["source"], "hook_name": f["hook_name"], "d_sae": f["d_sae"],
-                     "k": f.get("k"), "fve": f["fve"], "l0": f["l0"], "dead_fraction": f["dead_fraction"],
-                     "pca_fve_same_k": f.get("pca_fve_same_k"), "heldout_positions": f["heldout_positions"],
-                     "norm_threshold": f["norm_threshold"], "corpus_tokens": f["corpus_tokens"],
-                     "seconds": f["seconds"]})
+        rows.append(
+            {
+                "model": model,
+                "source": f["source"],
+                "hook_name": f["hook_name"],
+                "d_sae": f["d_sae"],
+                "k": f.get("k"),
+                "fve": f["fve"],
+                "l0": f["l0"],
+                "dead_fraction": f["dead_fraction"],
+                "pca_fve_same_k": f.get("pca_fve_same_k"),
+                "heldout_positions": f["heldout_positions"],
+                "norm_threshold": f["norm_threshold"],
+                "corpus_tokens": f["corpus_tokens"],
+                "seconds": f["seconds"],
+            }
+        )
     df = pl.DataFrame(rows, schema_overrides={"k": pl.Int64, "pca_fve_same_k": pl.Float64})
     con.register("fits", df)
     con.execute("CREATE OR REPLACE TABLE concept_sae AS SELECT * FROM fits")
@@ -89,8 +112,9 @@ def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
 REPORT_FILES_FROM = "90"
 
 
-def run_concept_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings,
-                    tests: bool = True) -> None:
+def run_concept_sql(
+    con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings, tests: bool = True
+) -> None:
     """Run the concept files with their parameters (under_quantile, over_quantile, min_support)
     in name order; with `tests`, the damage tests (`damage_tests`, which add their columns to
     concept_damage) run before the report files (named from REPORT_FILES_FROM on). Without
@@ -98,9 +122,15 @@ def run_concept_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], settin
     settings.check()
     tables = [f for f in sql_files if Path(f).name < REPORT_FILES_FROM]
     reports = [f for f in sql_files if Path(f).name >= REPORT_FILES_FROM]
-    run_sql(con, tables, {"under_quantile": float(settings.under_quantile),
-                          "over_quantile": float(settings.over_quantile),
-                          "min_support": int(settings.min_support)})
+    run_sql(
+        con,
+        tables,
+        {
+            "under_quantile": float(settings.under_quantile),
+            "over_quantile": float(settings.over_quantile),
+            "min_support": int(settings.min_support),
+        },
+    )
     if tests:
         damage_tests(con, settings)
         run_sql(con, reports, {})
@@ -109,12 +139,30 @@ def run_concept_sql(con: duckdb.DuckDBPyConnection, sql_files: list[str], settin
 # --------------------------------------------------------------------------------------------
 # Damage tests: is a concept's drop more than its items' languages explain?
 
-TESTS_SCHEMA = {"model": pl.Utf8, "method": pl.Utf8, "structure": pl.Utf8, "sparsity": pl.Float64, "format": pl.Utf8,
-                "dataset": pl.Utf8, "lang": pl.Utf8, "concept": pl.Int32, "support": pl.Int64,
-                "n_benchmarks": pl.Int64, "drop": pl.Float64, "expected_drop": pl.Float64, "excess": pl.Float64,
-                "ci_low": pl.Float64, "ci_high": pl.Float64, "excess_ci_low": pl.Float64,
-                "excess_ci_high": pl.Float64, "n_boot": pl.Int64, "p_value": pl.Float64, "n_perm": pl.Int64,
-                "supported": pl.Boolean, "q_value": pl.Float64}
+TESTS_SCHEMA = {
+    "model": pl.Utf8,
+    "method": pl.Utf8,
+    "structure": pl.Utf8,
+    "sparsity": pl.Float64,
+    "format": pl.Utf8,
+    "dataset": pl.Utf8,
+    "lang": pl.Utf8,
+    "concept": pl.Int32,
+    "support": pl.Int64,
+    "n_benchmarks": pl.Int64,
+    "drop": pl.Float64,
+    "expected_drop": pl.Float64,
+    "excess": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "excess_ci_low": pl.Float64,
+    "excess_ci_high": pl.Float64,
+    "n_boot": pl.Int64,
+    "p_value": pl.Float64,
+    "n_perm": pl.Int64,
+    "supported": pl.Boolean,
+    "q_value": pl.Float64,
+}
 # a permuted statistic counts as "at least the observed one" within this absolute tolerance (the
 # same sums in another order differ in the last bits; drops are in [-1, 1])
 _TIE_TOLERANCE = 1e-9
@@ -159,37 +207,66 @@ def _row_quantiles(x: np.ndarray, probs: tuple[float, ...]) -> list[np.ndarray]:
     return out
 
 
-def _permutation_ranks(con: duckdb.DuckDBPyConnection, model: str, dataset: str, lang: str, n: int,
-                       settings: GapSettings) -> np.ndarray:
+def _permutation_ranks(
+    con: duckdb.DuckDBPyConnection,
+    model: str,
+    dataset: str,
+    lang: str,
+    n: int,
+    settings: GapSettings,
+) -> np.ndarray:
     """(permutations x n): rank of each item (columns in item_id order) in permutation b. Permutation
     b orders a benchmark's items by md5('seed|permutation|model|dataset|lang|b|item_id'), like the
     bootstrap draws of workflow/sql/20_rates.sql: fixed by the seed, not by DuckDB or numpy."""
-    r = con.execute(f"""
+    r = con.execute(
+        f"""
         SELECT (row_number() OVER (PARTITION BY p.b ORDER BY md5(concat_ws('|', ?, 'permutation', u.model, u.dataset,
                                    u.lang, p.b, u.item_id)), u.item_id) - 1)::INTEGER AS r
         FROM _damage_units u, range({int(settings.permutations)}) AS p(b)
         WHERE u.model = ? AND u.dataset = ? AND u.lang = ?
-        ORDER BY p.b, u.idx""", [int(settings.seed), model, dataset, lang]).fetchnumpy()["r"]
+        ORDER BY p.b, u.idx""",
+        [int(settings.seed), model, dataset, lang],
+    ).fetchnumpy()["r"]
     return np.asarray(r, dtype=np.int64).reshape(int(settings.permutations), n)
 
 
-def _benchmark_inputs(con, model: str, dataset: str, lang: str, n: int, concepts: np.ndarray,
-                      replicates: int, settings: GapSettings) -> dict:
+def _benchmark_inputs(
+    con,
+    model: str,
+    dataset: str,
+    lang: str,
+    n: int,
+    concepts: np.ndarray,
+    replicates: int,
+    settings: GapSettings,
+) -> dict:
     """The dense arrays of one benchmark: activations (concepts x items), bootstrap counts
     (replicates x items) and permutation ranks (permutations x items), items in item_id order."""
-    a = con.execute("""SELECT u.idx, a.concept, a.activation::DOUBLE AS activation
+    a = con.execute(
+        """SELECT u.idx, a.concept, a.activation::DOUBLE AS activation
                        FROM concept_activations a JOIN _damage_units u USING (model, dataset, lang, item_id)
                        WHERE u.model = ? AND u.dataset = ? AND u.lang = ? AND a.activation > 0""",
-                    [model, dataset, lang]).fetchnumpy()
+        [model, dataset, lang],
+    ).fetchnumpy()
     acts = np.zeros((len(concepts), n))
-    acts[np.searchsorted(concepts, np.asarray(a["concept"])), np.asarray(a["idx"])] = np.asarray(a["activation"])
-    w = con.execute("""SELECT u.idx, w.b, w.w FROM bootstrap_weights w
+    acts[np.searchsorted(concepts, np.asarray(a["concept"])), np.asarray(a["idx"])] = np.asarray(
+        a["activation"]
+    )
+    w = con.execute(
+        """SELECT u.idx, w.b, w.w FROM bootstrap_weights w
                        JOIN _damage_units u USING (model, dataset, lang, item_id)
                        WHERE w.population = 'selected' AND u.model = ? AND u.dataset = ? AND u.lang = ?""",
-                    [model, dataset, lang]).fetchnumpy()
+        [model, dataset, lang],
+    ).fetchnumpy()
     boot = np.zeros((replicates, n))
-    boot[np.asarray(w["b"], dtype=np.int64), np.asarray(w["idx"], dtype=np.int64)] = np.asarray(w["w"], dtype=float)
-    return {"acts": acts, "boot": boot, "ranks": _permutation_ranks(con, model, dataset, lang, n, settings)}
+    boot[np.asarray(w["b"], dtype=np.int64), np.asarray(w["idx"], dtype=np.int64)] = np.asarray(
+        w["w"], dtype=float
+    )
+    return {
+        "acts": acts,
+        "boot": boot,
+        "ranks": _permutation_ranks(con, model, dataset, lang, n, settings),
+    }
 
 
 def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings) -> dict:
@@ -218,9 +295,16 @@ def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings
         with np.errstate(invalid="ignore", divide="ignore"):
             lang_boot = np.where(n_drawn > 0, (wm @ dm) / n_drawn, np.nan)
         acts = b["acts"][:, m]
-        prepared[key] = {"acts": acts, "support": (acts > 0).sum(axis=1), "d": dm, "wm": wm, "wd": wm * dm,
-                         "perm_d": dm[np.argsort(b["ranks"][:, m], axis=1, kind="stable")],
-                         "lang": float(dm.mean()), "lang_boot": lang_boot}
+        prepared[key] = {
+            "acts": acts,
+            "support": (acts > 0).sum(axis=1),
+            "d": dm,
+            "wm": wm,
+            "wd": wm * dm,
+            "perm_d": dm[np.argsort(b["ranks"][:, m], axis=1, kind="stable")],
+            "lang": float(dm.mean()),
+            "lang_boot": lang_boot,
+        }
     if not prepared:
         return {}
     replicates = max(p["wm"].shape[0] for p in prepared.values())
@@ -235,14 +319,24 @@ def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings
     def record(key, rows, support, n_bench, obs, expected, perm, boot, exc):
         ci_low, ci_high = _row_quantiles(boot, (lo_q, hi_q))
         exc_low, exc_high = _row_quantiles(exc, (lo_q, hi_q))
-        out[key].append({
-            "concept": rows, "support": support, "n_benchmarks": n_bench, "drop": obs, "expected_drop": expected,
-            "ci_low": ci_low, "ci_high": ci_high, "excess_ci_low": exc_low, "excess_ci_high": exc_high,
-            "n_boot": np.isfinite(boot).sum(axis=1),
-            "p_value": (1 + (perm >= obs[:, None] - _TIE_TOLERANCE).sum(axis=1)) / (1 + n_perm)})
+        out[key].append(
+            {
+                "concept": rows,
+                "support": support,
+                "n_benchmarks": n_bench,
+                "drop": obs,
+                "expected_drop": expected,
+                "ci_low": ci_low,
+                "ci_high": ci_high,
+                "excess_ci_low": exc_low,
+                "excess_ci_high": exc_high,
+                "n_boot": np.isfinite(boot).sum(axis=1),
+                "p_value": (1 + (perm >= obs[:, None] - _TIE_TOLERANCE).sum(axis=1)) / (1 + n_perm),
+            }
+        )
 
     for g0 in range(0, len(tested), block):
-        rows = tested[g0:g0 + block]
+        rows = tested[g0 : g0 + block]
         size = len(rows)
         n_bench = np.zeros(size, dtype=np.int64)
         sum_obs = np.zeros(size)
@@ -267,8 +361,17 @@ def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings
             lang_boot = np.where(drawn, p["lang_boot"][None, :], np.nan)
             here = np.nonzero(p["support"][rows] >= k)[0]
             if len(here):
-                record(key, rows[here], p["support"][rows][here], np.ones(len(here), dtype=np.int64), obs[here],
-                       np.full(len(here), p["lang"]), perm[here], boot[here], boot[here] - lang_boot[here])
+                record(
+                    key,
+                    rows[here],
+                    p["support"][rows][here],
+                    np.ones(len(here), dtype=np.int64),
+                    obs[here],
+                    np.full(len(here), p["lang"]),
+                    perm[here],
+                    boot[here],
+                    boot[here] - lang_boot[here],
+                )
             n_bench += active
             sum_obs += obs
             sum_lang += np.where(active, p["lang"], 0.0)
@@ -284,9 +387,22 @@ def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings
         with np.errstate(invalid="ignore", divide="ignore"):
             boot = np.where(cnt > 0, sum_boot[here] / cnt, np.nan)
             lang_boot = np.where(cnt > 0, sum_lang_boot[here] / cnt, np.nan)
-        record(("all", "all"), rows[here], support_all[rows][here], nb, sum_obs[here] / nb, sum_lang[here] / nb,
-               sum_perm[here] / nb[:, None], boot, boot - lang_boot)
-    return {key: {c: np.concatenate([part[c] for part in v]) for c in v[0]} for key, v in out.items() if v}
+        record(
+            ("all", "all"),
+            rows[here],
+            support_all[rows][here],
+            nb,
+            sum_obs[here] / nb,
+            sum_lang[here] / nb,
+            sum_perm[here] / nb[:, None],
+            boot,
+            boot - lang_boot,
+        )
+    return {
+        key: {c: np.concatenate([part[c] for part in v]) for c in v[0]}
+        for key, v in out.items()
+        if v
+    }
 
 
 def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
@@ -322,7 +438,9 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
         con.execute("DROP TABLE IF EXISTS _damage_units")
     tests = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=TESTS_SCHEMA)
     con.register("damage_tests_frame", tests)
-    con.execute("CREATE OR REPLACE TABLE concept_damage_tests AS SELECT * FROM damage_tests_frame ORDER BY ALL")
+    con.execute(
+        "CREATE OR REPLACE TABLE concept_damage_tests AS SELECT * FROM damage_tests_frame ORDER BY ALL"
+    )
     con.unregister("damage_tests_frame")
     replicates = _bootstrap_replicates(con) or 0
     con.execute(f"""CREATE OR REPLACE TABLE concept_damage_settings AS
@@ -331,14 +449,19 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
                            {float(settings.ci_level)!r}::DOUBLE AS ci_level, {float(settings.fdr_q)!r}::DOUBLE AS fdr_q,
                            {int(settings.min_support)}::INTEGER AS min_support, {int(settings.seed)}::BIGINT AS seed""")
     keys = "model, method, structure, sparsity, dataset, lang, concept"
-    wide = ",\n".join(f"""max(ci_low) FILTER (WHERE format = '{f}') AS drop_{f}_ci_low,
+    wide = ",\n".join(
+        f"""max(ci_low) FILTER (WHERE format = '{f}') AS drop_{f}_ci_low,
            max(ci_high) FILTER (WHERE format = '{f}') AS drop_{f}_ci_high,
            max(excess_ci_low) FILTER (WHERE format = '{f}') AS excess_{f}_ci_low,
            max(excess_ci_high) FILTER (WHERE format = '{f}') AS excess_{f}_ci_high,
            max(p_value) FILTER (WHERE format = '{f}') AS p_{f},
-           max(q_value) FILTER (WHERE format = '{f}') AS q_{f}""" for f in FORMATS)
-    flags = ",\n".join(f"coalesce(t.q_{f} < {float(settings.fdr_q)!r} AND d.excess_{f} > 0, false) AS significant_{f}"
-                       for f in FORMATS)
+           max(q_value) FILTER (WHERE format = '{f}') AS q_{f}"""
+        for f in FORMATS
+    )
+    flags = ",\n".join(
+        f"coalesce(t.q_{f} < {float(settings.fdr_q)!r} AND d.excess_{f} > 0, false) AS significant_{f}"
+        for f in FORMATS
+    )
     con.execute(f"""
         CREATE OR REPLACE TABLE concept_damage AS
         WITH t AS (SELECT {keys}, {wide} FROM concept_damage_tests GROUP BY ALL)
@@ -349,39 +472,62 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
 
 def _bootstrap_replicates(con: duckdb.DuckDBPyConnection) -> int | None:
     """Replicates of the metric tables' item resamples (population 'selected'); None without them."""
-    has = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = 'bootstrap_weights'"
-                      ).fetchall()[0][0]
+    has = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'bootstrap_weights'"
+    ).fetchall()[0][0]
     if not has:
         return None
-    return int(con.execute("SELECT coalesce(max(b) + 1, 0) FROM bootstrap_weights WHERE population = 'selected'"
-                           ).fetchall()[0][0])
+    return int(
+        con.execute(
+            "SELECT coalesce(max(b) + 1, 0) FROM bootstrap_weights WHERE population = 'selected'"
+        ).fetchall()[0][0]
+    )
 
 
-def _damage_test_frames(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> list[pl.DataFrame]:
-    units = con.sql("SELECT model, dataset, lang, count(*) AS n FROM _damage_units GROUP BY ALL ORDER BY ALL"
-                    ).fetchall()
+def _damage_test_frames(
+    con: duckdb.DuckDBPyConnection, settings: GapSettings
+) -> list[pl.DataFrame]:
+    units = con.sql(
+        "SELECT model, dataset, lang, count(*) AS n FROM _damage_units GROUP BY ALL ORDER BY ALL"
+    ).fetchall()
     if not units:
         return []
     replicates = _bootstrap_replicates(con)
     if replicates is None:
-        raise RuntimeError("the damage tests resample the metric tables' bootstrap_weights "
-                           "(workflow/sql/20_rates.sql), which this database lacks")
+        raise RuntimeError(
+            "the damage tests resample the metric tables' bootstrap_weights "
+            "(workflow/sql/20_rates.sql), which this database lacks"
+        )
     frames = []
     for model in sorted({u[0] for u in units}):
-        concepts = np.sort(np.asarray(con.execute(
-            """SELECT DISTINCT a.concept FROM concept_activations a JOIN _damage_units u
+        concepts = np.sort(
+            np.asarray(
+                con.execute(
+                    """SELECT DISTINCT a.concept FROM concept_activations a JOIN _damage_units u
                USING (model, dataset, lang, item_id) WHERE u.model = ? AND a.activation > 0""",
-            [model]).fetchnumpy()["concept"]))
+                    [model],
+                ).fetchnumpy()["concept"]
+            )
+        )
         if not len(concepts):
             continue
-        bench = {(d, lang): _benchmark_inputs(con, model, d, lang, n, concepts, int(replicates), settings)
-                 for m, d, lang, n in units if m == model}
-        drops = con.sql("""
+        bench = {
+            (d, lang): _benchmark_inputs(
+                con, model, d, lang, n, concepts, int(replicates), settings
+            )
+            for m, d, lang, n in units
+            if m == model
+        }
+        drops = con.sql(
+            """
             SELECT c.method, c.structure, c.sparsity, c.format, c.dataset, c.lang, u.idx, c.item_drop
             FROM concept_item_drops c JOIN _damage_units u USING (model, dataset, lang, item_id)
-            WHERE c.model = ? ORDER BY ALL""", params=[model]).pl()
+            WHERE c.model = ? ORDER BY ALL""",
+            params=[model],
+        ).pl()
         for (method, structure, sparsity, fmt), g in drops.group_by(
-                ["method", "structure", "sparsity", "format"], maintain_order=True):
+            ["method", "structure", "sparsity", "format"], maintain_order=True
+        ):
             vectors = {}
             for (dataset, lang), gb in g.group_by(["dataset", "lang"], maintain_order=True):
                 v = np.full(bench[(dataset, lang)]["acts"].shape[1], np.nan)
@@ -391,19 +537,47 @@ def _damage_test_frames(con: duckdb.DuckDBPyConnection, settings: GapSettings) -
                 supported = r["support"] >= settings.min_support
                 q = np.full(len(supported), np.nan)
                 q[supported] = bh_qvalues(r["p_value"][supported])
-                frames.append(pl.DataFrame({
-                    "model": model, "method": method, "structure": structure, "sparsity": sparsity, "format": fmt,
-                    "dataset": dataset, "lang": lang, "concept": concepts[r["concept"]],
-                    **{k: r[k] for k in ("support", "n_benchmarks", "drop", "expected_drop")},
-                    "excess": r["drop"] - r["expected_drop"],
-                    **{k: r[k] for k in ("ci_low", "ci_high", "excess_ci_low", "excess_ci_high", "n_boot",
-                                         "p_value")},
-                    "n_perm": int(settings.permutations), "supported": supported, "q_value": q,
-                }, schema=TESTS_SCHEMA, nan_to_null=True))
+                frames.append(
+                    pl.DataFrame(
+                        {
+                            "model": model,
+                            "method": method,
+                            "structure": structure,
+                            "sparsity": sparsity,
+                            "format": fmt,
+                            "dataset": dataset,
+                            "lang": lang,
+                            "concept": concepts[r["concept"]],
+                            **{
+                                k: r[k]
+                                for k in ("support", "n_benchmarks", "drop", "expected_drop")
+                            },
+                            "excess": r["drop"] - r["expected_drop"],
+                            **{
+                                k: r[k]
+                                for k in (
+                                    "ci_low",
+                                    "ci_high",
+                                    "excess_ci_low",
+                                    "excess_ci_high",
+                                    "n_boot",
+                                    "p_value",
+                                )
+                            },
+                            "n_perm": int(settings.permutations),
+                            "supported": supported,
+                            "q_value": q,
+                        },
+                        schema=TESTS_SCHEMA,
+                        nan_to_null=True,
+                    )
+                )
     return frames
 
 
-def _subsample_views(con: duckdb.DuckDBPyConnection, schema: str, repeat: int, settings: GapSettings) -> None:
+def _subsample_views(
+    con: duckdb.DuckDBPyConnection, schema: str, repeat: int, settings: GapSettings
+) -> None:
     """Views in `schema` that keep a seeded `stability_fraction` of every benchmark's items."""
     con.execute(f"CREATE SCHEMA {schema}")
     con.execute(f"""
@@ -416,11 +590,15 @@ def _subsample_views(con: duckdb.DuckDBPyConnection, schema: str, repeat: int, s
             FROM main.concept_tokens)
         WHERE r <= greatest(1, round({float(settings.stability_fraction)!r} * n))""")
     for t in ITEM_TABLES:
-        con.execute(f"CREATE VIEW {schema}.{t} AS SELECT * FROM main.{t} "
-                    f"SEMI JOIN {schema}.kept_items USING (model, dataset, lang, item_id)")
+        con.execute(
+            f"CREATE VIEW {schema}.{t} AS SELECT * FROM main.{t} "
+            f"SEMI JOIN {schema}.kept_items USING (model, dataset, lang, item_id)"
+        )
 
 
-def stability(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings) -> pl.DataFrame:
+def stability(
+    con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings
+) -> pl.DataFrame:
     """Change of chi_bench and chi_model when each benchmark keeps a random share of its items.
 
     For each of `stability_repeats` seeded subsamples the concept SQL runs again on the kept
@@ -439,7 +617,8 @@ def stability(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: Ga
         finally:
             con.execute("SET schema = 'main'")
             con.execute("SET search_path = 'main'")
-        parts.append(con.sql(f"""
+        parts.append(
+            con.sql(f"""
             SELECT f.model, 'chi_bench' AS metric, CASE WHEN f.dataset = 'all' THEN 'all' ELSE 'benchmark' END AS scope,
                    {r} AS repeat, f.model || f.dataset || f.lang AS grp, f.chi_bench AS full_value, s.chi_bench AS sub_value
             FROM main.chi_bench f JOIN {schema}.chi_bench s USING (model, dataset, lang, concept)
@@ -451,7 +630,8 @@ def stability(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: Ga
             FROM main.chi_model f
             JOIN {schema}.chi_model s USING (population, model, method, structure, sparsity, format, dataset, lang, concept)
             WHERE f.supported AND s.supported
-        """).pl())
+        """).pl()
+        )
         con.execute(f"DROP SCHEMA {schema} CASCADE")
     if not parts:
         return pl.DataFrame()
@@ -483,9 +663,17 @@ def stability(con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: Ga
     return out
 
 
-def build_gaps_database(stage_db: str | Path, out_db: str | Path, *, activations: list[str], tokens: list[str],
-                        labels: list[str], sql_files: list[str], settings: GapSettings,
-                        sae_fits: dict[str, str] | None = None) -> None:
+def build_gaps_database(
+    stage_db: str | Path,
+    out_db: str | Path,
+    *,
+    activations: list[str],
+    tokens: list[str],
+    labels: list[str],
+    sql_files: list[str],
+    settings: GapSettings,
+    sae_fits: dict[str, str] | None = None,
+) -> None:
     """Copy the metric database, add the concept tables, write out_db atomically.
 
     sae_fits: model -> its SAE's fit.json (table concept_sae).
@@ -510,8 +698,15 @@ def build_gaps_database(stage_db: str | Path, out_db: str | Path, *, activations
                     repeats INTEGER, fraction DOUBLE, n_values BIGINT, median_abs_change DOUBLE,
                     p90_abs_change DOUBLE, max_abs_change DOUBLE, median_rel_change DOUBLE,
                     p90_rel_change DOUBLE, median_spearman DOUBLE)""")
-            for name in ("chi_bench", "coverage_gaps", "chi_model", "model_gaps", "concept_damage",
-                         "concept_damage_tests", "concept_stability"):
+            for name in (
+                "chi_bench",
+                "coverage_gaps",
+                "chi_model",
+                "model_gaps",
+                "concept_damage",
+                "concept_damage_tests",
+                "concept_stability",
+            ):
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
                 log.info("%s: %d rows", name, n)
         finally:

@@ -64,7 +64,7 @@ class ConceptSettings:
     labeler: dict | None = None
 
     @classmethod
-    def for_sae(cls, params: dict) -> "ConceptSettings":
+    def for_sae(cls, params: dict) -> ConceptSettings:
         """Rule `sae`: seed, concepts.layer, concepts.sae (without languages), concepts.batch_size."""
         c = params["concepts"]
         t = c["sae"]
@@ -81,15 +81,19 @@ class ConceptSettings:
         )
 
     @classmethod
-    def for_labels(cls, params: dict) -> "ConceptSettings":
+    def for_labels(cls, params: dict) -> ConceptSettings:
         """Rule `concept_labels`: concepts.batch_size and concepts.labels."""
         c = params["concepts"]
         lab = c["labels"]
-        return cls(batch_size=int(c["batch_size"]), top_examples=int(lab["top_examples"]),
-                   context_tokens=int(lab["context_tokens"]), labeler=lab["labeler"])
+        return cls(
+            batch_size=int(c["batch_size"]),
+            top_examples=int(lab["top_examples"]),
+            context_tokens=int(lab["context_tokens"]),
+            labeler=lab["labeler"],
+        )
 
     @classmethod
-    def for_activations(cls, params: dict) -> "ConceptSettings":
+    def for_activations(cls, params: dict) -> ConceptSettings:
         """Rule `concept_activations`: concepts.tokens and concepts.batch_size."""
         c = params["concepts"]
         return cls(tokens=c["tokens"], batch_size=int(c["batch_size"]))
@@ -99,7 +103,9 @@ class ConceptSettings:
 # Corpus
 
 
-def item_prompt(tokenizer, prompt: PromptSettings, item: dict, tokens: str = "content") -> tuple[list[int], list[bool]]:
+def item_prompt(
+    tokenizer, prompt: PromptSettings, item: dict, tokens: str = "content"
+) -> tuple[list[int], list[bool]]:
     """Token ids of the item's `open` prompt, and which of them count as the item's tokens.
 
     tokens='content': the tokens that overlap the passage and the question (the template, the
@@ -107,7 +113,9 @@ def item_prompt(tokenizer, prompt: PromptSettings, item: dict, tokens: str = "co
     tokens='prompt': every token of the prompt.
     """
     text = build_prompt(tokenizer, prompt, item, "open")
-    enc = tokenizer(text, add_special_tokens=adds_special_tokens(tokenizer, prompt), return_offsets_mapping=True)
+    enc = tokenizer(
+        text, add_special_tokens=adds_special_tokens(tokenizer, prompt), return_offsets_mapping=True
+    )
     ids = enc["input_ids"]
     if tokens == "prompt":
         return ids, [True] * len(ids)
@@ -116,15 +124,23 @@ def item_prompt(tokenizer, prompt: PromptSettings, item: dict, tokens: str = "co
     body = item_body(item)
     start = text.find(body)
     if start < 0:
-        raise ValueError(f"item {item.get('item_id')!r}: its passage and question (prompts.item_body) are not "
-                         "in its rendered `open` prompt, so its content tokens cannot be told from the template's")
+        raise ValueError(
+            f"item {item.get('item_id')!r}: its passage and question (prompts.item_body) are not "
+            "in its rendered `open` prompt, so its content tokens cannot be told from the template's"
+        )
     end = start + len(body)
     keep = [e > start and s < end for s, e in enc["offset_mapping"]]
     return ids, keep
 
 
-def build_corpus(tokenizer, prompt: PromptSettings, settings: ConceptSettings, *, item_files=(),
-                 calibration: str | Path | None = None) -> pl.DataFrame:
+def build_corpus(
+    tokenizer,
+    prompt: PromptSettings,
+    settings: ConceptSettings,
+    *,
+    item_files=(),
+    calibration: str | Path | None = None,
+) -> pl.DataFrame:
     """The SAE corpus: one row per token sequence (seq, source, doc, input_ids, split).
 
     Sources: `items` (the open prompt of every candidate item), `calibration` (the pruning
@@ -137,14 +153,18 @@ def build_corpus(tokenizer, prompt: PromptSettings, settings: ConceptSettings, *
             df = pl.read_parquet(f)
             for item in df.to_dicts():
                 ids, _ = item_prompt(tokenizer, prompt, item, "prompt")
-                rows.append(("items", f"{item.get('dataset', '')}/{item['lang']}/{item['item_id']}", ids))
+                rows.append(
+                    ("items", f"{item.get('dataset', '')}/{item['lang']}/{item['item_id']}", ids)
+                )
     if "calibration" in settings.corpus and calibration is not None:
         for i, w in enumerate(load_file(str(calibration))["input_ids"].tolist()):
             rows.append(("calibration", f"window {i}", w))
-    for d_i, doc in enumerate(text_file_documents(list(settings.text_files)) if settings.text_files else []):
+    for d_i, doc in enumerate(
+        text_file_documents(list(settings.text_files)) if settings.text_files else []
+    ):
         ids = tokenizer(doc, add_special_tokens=False)["input_ids"]
         for j in range(0, len(ids), 512):
-            rows.append(("text", f"doc {d_i} part {j // 512}", ids[j:j + 512]))
+            rows.append(("text", f"doc {d_i} part {j // 512}", ids[j : j + 512]))
     if not rows:
         raise SAEError("the SAE corpus is empty: concepts.sae.corpus names no source with text")
     g = torch.Generator().manual_seed(settings.sae.seed)
@@ -155,17 +175,30 @@ def build_corpus(tokenizer, prompt: PromptSettings, settings: ConceptSettings, *
             break
         kept.append(rows[i])
         total += len(rows[i][2])
-    n_held = max(1, round(settings.heldout_fraction * len(kept))) if settings.heldout_fraction > 0 else 0
+    n_held = (
+        max(1, round(settings.heldout_fraction * len(kept))) if settings.heldout_fraction > 0 else 0
+    )
     return pl.DataFrame(
-        {"seq": list(range(len(kept))), "source": [r[0] for r in kept], "doc": [r[1] for r in kept],
-         "input_ids": [r[2] for r in kept],
-         "split": ["heldout" if i < n_held else "train" for i in range(len(kept))]},
-        schema={"seq": pl.Int32, "source": pl.Utf8, "doc": pl.Utf8, "input_ids": pl.List(pl.Int32), "split": pl.Utf8},
+        {
+            "seq": list(range(len(kept))),
+            "source": [r[0] for r in kept],
+            "doc": [r[1] for r in kept],
+            "input_ids": [r[2] for r in kept],
+            "split": ["heldout" if i < n_held else "train" for i in range(len(kept))],
+        },
+        schema={
+            "seq": pl.Int32,
+            "source": pl.Utf8,
+            "doc": pl.Utf8,
+            "input_ids": pl.List(pl.Int32),
+            "split": pl.Utf8,
+        },
     )
 
 
-def open_with_reader(sae_folder: str | Path, model_dir: str | Path,
-                     device: str = "cpu") -> tuple[SparseAutoencoder | SAELensAdapter, ResidualReader, object]:
+def open_with_reader(
+    sae_folder: str | Path, model_dir: str | Path, device: str = "cpu"
+) -> tuple[SparseAutoencoder | SAELensAdapter, ResidualReader, object]:
     """(SAE, a reader of the dense model at the SAE's hook, tokenizer) for the concept rules."""
     sae = open_sae(sae_folder)
     net, tok = load_checkpoint(model_dir, device=device)
@@ -176,43 +209,81 @@ def open_with_reader(sae_folder: str | Path, model_dir: str | Path,
 # Rule `concept_activations`
 
 
-ACTIVATION_SCHEMA = {"model": pl.Utf8, "dataset": pl.Utf8, "lang": pl.Utf8, "item_id": pl.Utf8,
-                     "concept": pl.Int32, "activation": pl.Float32}
-TOKENS_SCHEMA = {"model": pl.Utf8, "dataset": pl.Utf8, "lang": pl.Utf8, "item_id": pl.Utf8,
-                 "n_tokens": pl.Int32, "n_excluded": pl.Int32}
+ACTIVATION_SCHEMA = {
+    "model": pl.Utf8,
+    "dataset": pl.Utf8,
+    "lang": pl.Utf8,
+    "item_id": pl.Utf8,
+    "concept": pl.Int32,
+    "activation": pl.Float32,
+}
+TOKENS_SCHEMA = {
+    "model": pl.Utf8,
+    "dataset": pl.Utf8,
+    "lang": pl.Utf8,
+    "item_id": pl.Utf8,
+    "n_tokens": pl.Int32,
+    "n_excluded": pl.Int32,
+}
 
 
 @torch.no_grad()
-def item_concepts(sae, reader: ResidualReader, tokenizer, prompt: PromptSettings, items: list[dict],
-                  settings: ConceptSettings, device: str = "cpu") -> tuple[torch.Tensor, list[int], list[int]]:
+def item_concepts(
+    sae,
+    reader: ResidualReader,
+    tokenizer,
+    prompt: PromptSettings,
+    items: list[dict],
+    settings: ConceptSettings,
+    device: str = "cpu",
+) -> tuple[torch.Tensor, list[int], list[int]]:
     """[n_items, d_sae] a_c(x) (mean activation over each item's kept tokens), kept and excluded counts."""
     out = torch.zeros(len(items), sae.d_sae)
     n_tok, n_exc = [0] * len(items), [0] * len(items)
     chunk = 4 * settings.batch_size
     for start in tqdm(range(0, len(items), chunk), desc="concept activations", mininterval=5):
-        part = items[start:start + chunk]
+        part = items[start : start + chunk]
         enc = [item_prompt(tokenizer, prompt, it, settings.tokens) for it in part]
         seqs, keeps = [e[0] for e in enc], [e[1] for e in enc]
-        acts = read_activations(reader, seqs, batch_size=settings.batch_size, pad_id=pad_id(tokenizer),
-                                norm_threshold=sae.norm_threshold, device=device, keep=keeps)
+        acts = read_activations(
+            reader,
+            seqs,
+            batch_size=settings.batch_size,
+            pad_id=pad_id(tokenizer),
+            norm_threshold=sae.norm_threshold,
+            device=device,
+            keep=keeps,
+        )
         counts = torch.bincount(acts.seq, minlength=len(part))
         for i in range(len(part)):
             n_tok[start + i] = int(counts[i])
             n_exc[start + i] = sum(keeps[i]) - int(counts[i])
         for s0 in range(0, len(acts.acts), 2048):
-            a = sae.encode(acts.acts[s0:s0 + 2048].to(device)).float().cpu()
-            out[start:start + len(part)].index_add_(0, acts.seq[s0:s0 + 2048], a)
+            a = sae.encode(acts.acts[s0 : s0 + 2048].to(device)).float().cpu()
+            out[start : start + len(part)].index_add_(0, acts.seq[s0 : s0 + 2048], a)
         for i, it in enumerate(part):
             if counts[i] == 0:
-                raise SAEError(f"item {it['item_id']!r}: none of its prompt tokens is usable "
-                               "(all excluded for their norm, or no passage/question tokens)")
-        out[start:start + len(part)] /= counts.clamp_min(1).unsqueeze(1).float()
+                raise SAEError(
+                    f"item {it['item_id']!r}: none of its prompt tokens is usable "
+                    "(all excluded for their norm, or no passage/question tokens)"
+                )
+        out[start : start + len(part)] /= counts.clamp_min(1).unsqueeze(1).float()
     return out, n_tok, n_exc
 
 
-def concept_activations_file(sae_folder: str | Path, model_dir: str | Path, items_file: str | Path,
-                             out: str | Path, out_tokens: str | Path, params: dict, *, model: str,
-                             dataset: str, lang: str, device: str = "cpu") -> int:
+def concept_activations_file(
+    sae_folder: str | Path,
+    model_dir: str | Path,
+    items_file: str | Path,
+    out: str | Path,
+    out_tokens: str | Path,
+    params: dict,
+    *,
+    model: str,
+    dataset: str,
+    lang: str,
+    device: str = "cpu",
+) -> int:
     """Write the sparse per-item concept activations of one benchmark; returns the row count.
 
     params: the rule's (benchmark_illusion.params.activations): prompt, concepts.tokens, concepts.batch_size.
@@ -220,22 +291,40 @@ def concept_activations_file(sae_folder: str | Path, model_dir: str | Path, item
     s = ConceptSettings.for_activations(params)
     sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
     items = pl.read_parquet(items_file).to_dicts()
-    a, n_tok, n_exc = item_concepts(sae, reader, tok, PromptSettings(**params["prompt"]), items, s, device)
+    a, n_tok, n_exc = item_concepts(
+        sae, reader, tok, PromptSettings(**params["prompt"]), items, s, device
+    )
     idx = a.nonzero(as_tuple=False)
     ids = [it["item_id"] for it in items]
     base = {"model": model, "dataset": dataset, "lang": lang}
     rows = pl.DataFrame(
-        {**{k: [v] * len(idx) for k, v in base.items()},
-         "item_id": [ids[i] for i in idx[:, 0].tolist()], "concept": idx[:, 1].tolist(),
-         "activation": a[idx[:, 0], idx[:, 1]].tolist()},
+        {
+            **{k: [v] * len(idx) for k, v in base.items()},
+            "item_id": [ids[i] for i in idx[:, 0].tolist()],
+            "concept": idx[:, 1].tolist(),
+            "activation": a[idx[:, 0], idx[:, 1]].tolist(),
+        },
         schema=ACTIVATION_SCHEMA,
     )
-    tokens = pl.DataFrame({**{k: [v] * len(items) for k, v in base.items()}, "item_id": ids,
-                           "n_tokens": n_tok, "n_excluded": n_exc}, schema=TOKENS_SCHEMA)
+    tokens = pl.DataFrame(
+        {
+            **{k: [v] * len(items) for k, v in base.items()},
+            "item_id": ids,
+            "n_tokens": n_tok,
+            "n_excluded": n_exc,
+        },
+        schema=TOKENS_SCHEMA,
+    )
     write_parquet(rows, out)
     write_parquet(tokens, out_tokens)
-    log.info("%s/%s: %d items, %d (item, concept) rows, %.1f active concepts per item", dataset, lang,
-             len(items), len(rows), len(rows) / max(len(items), 1))
+    log.info(
+        "%s/%s: %d items, %d (item, concept) rows, %.1f active concepts per item",
+        dataset,
+        lang,
+        len(items),
+        len(rows),
+        len(rows) / max(len(items), 1),
+    )
     return len(rows)
 
 
@@ -249,31 +338,62 @@ def _token_text(tokenizer, token_id: int) -> str:
 
 
 @torch.no_grad()
-def max_activating(sae, reader: ResidualReader, tokenizer, seqs: list[list[int]], settings: ConceptSettings,
-                   device: str = "cpu") -> tuple[pl.DataFrame, pl.DataFrame]:
+def max_activating(
+    sae,
+    reader: ResidualReader,
+    tokenizer,
+    seqs: list[list[int]],
+    settings: ConceptSettings,
+    device: str = "cpu",
+) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Per latent: (concept, n_fired, density) and its top examples (concept, activation, seq, pos)."""
     n = settings.top_examples
     fired = torch.zeros(sae.d_sae, dtype=torch.long)
-    top = pl.DataFrame(schema={"concept": pl.Int32, "activation": pl.Float32, "seq": pl.Int32, "pos": pl.Int32})
+    top = pl.DataFrame(
+        schema={"concept": pl.Int32, "activation": pl.Float32, "seq": pl.Int32, "pos": pl.Int32}
+    )
     positions = 0
     chunk = 8 * settings.batch_size
     for start in range(0, len(seqs), chunk):
-        acts = read_activations(reader, seqs[start:start + chunk], batch_size=settings.batch_size,
-                                pad_id=pad_id(tokenizer), norm_threshold=sae.norm_threshold, device=device,
-                                progress=f"labels {start}/{len(seqs)}" if start == 0 else None)
+        acts = read_activations(
+            reader,
+            seqs[start : start + chunk],
+            batch_size=settings.batch_size,
+            pad_id=pad_id(tokenizer),
+            norm_threshold=sae.norm_threshold,
+            device=device,
+            progress=f"labels {start}/{len(seqs)}" if start == 0 else None,
+        )
         positions += len(acts.acts)
         for s0 in range(0, len(acts.acts), 2048):
-            a = sae.encode(acts.acts[s0:s0 + 2048].to(device)).float().cpu()
+            a = sae.encode(acts.acts[s0 : s0 + 2048].to(device)).float().cpu()
             fired += (a > 0).sum(0)
             r, c = (a > 0).nonzero(as_tuple=True)
-            top = pl.concat([top, pl.DataFrame(
-                {"concept": c.tolist(), "activation": a[r, c].tolist(),
-                 "seq": (acts.seq[s0:s0 + 2048][r] + start).tolist(), "pos": acts.pos[s0:s0 + 2048][r].tolist()},
-                schema=top.schema)])
-            top = top.sort(["concept", "activation", "seq", "pos"], descending=[False, True, False, False]) \
-                .group_by("concept", maintain_order=True).head(n)
-    stats = pl.DataFrame({"concept": list(range(sae.d_sae)), "n_fired": fired.tolist()},
-                         schema={"concept": pl.Int32, "n_fired": pl.Int64})
+            top = pl.concat(
+                [
+                    top,
+                    pl.DataFrame(
+                        {
+                            "concept": c.tolist(),
+                            "activation": a[r, c].tolist(),
+                            "seq": (acts.seq[s0 : s0 + 2048][r] + start).tolist(),
+                            "pos": acts.pos[s0 : s0 + 2048][r].tolist(),
+                        },
+                        schema=top.schema,
+                    ),
+                ]
+            )
+            top = (
+                top.sort(
+                    ["concept", "activation", "seq", "pos"], descending=[False, True, False, False]
+                )
+                .group_by("concept", maintain_order=True)
+                .head(n)
+            )
+    stats = pl.DataFrame(
+        {"concept": list(range(sae.d_sae)), "n_fired": fired.tolist()},
+        schema={"concept": pl.Int32, "n_fired": pl.Int64},
+    )
     stats = stats.with_columns(density=pl.col("n_fired") / max(positions, 1))
     return stats, top
 
@@ -290,8 +410,15 @@ def short_label(tokens: list[str], activations: list[float], n: int = 3) -> str 
     return " | ".join(best)
 
 
-def concept_labels_file(sae_folder: str | Path, model_dir: str | Path, out: str | Path, params: dict, *,
-                        model: str, device: str = "cpu") -> pl.DataFrame:
+def concept_labels_file(
+    sae_folder: str | Path,
+    model_dir: str | Path,
+    out: str | Path,
+    params: dict,
+    *,
+    model: str,
+    device: str = "cpu",
+) -> pl.DataFrame:
     """Write labels.parquet for every latent of the SAE (latents that never fire get no label).
 
     params: the rule's (benchmark_illusion.params.labels): concepts.batch_size, concepts.labels.
@@ -303,16 +430,31 @@ def concept_labels_file(sae_folder: str | Path, model_dir: str | Path, out: str 
     stats, top = max_activating(sae, reader, tok, seqs, s, device)
     ex = _examples(tok, seqs, top, s.context_tokens)
     per = ex.group_by("concept", maintain_order=True).agg(
-        top_tokens=pl.col("token"), top_activations=pl.col("activation"),
-        examples=pl.struct("activation", "token", "context"), max_activation=pl.col("activation").max())
-    labels = [short_label(t, a) for t, a in zip(per["top_tokens"].to_list(), per["top_activations"].to_list())]
+        top_tokens=pl.col("token"),
+        top_activations=pl.col("activation"),
+        examples=pl.struct("activation", "token", "context"),
+        max_activation=pl.col("activation").max(),
+    )
+    labels = [
+        short_label(t, a)
+        for t, a in zip(per["top_tokens"].to_list(), per["top_activations"].to_list())
+    ]
     per = per.with_columns(label=pl.Series(labels, dtype=pl.Utf8)).drop("top_activations")
     df = stats.join(per, on="concept", how="left").with_columns(model=pl.lit(model))
     llm = [None] * len(df)
     if s.labeler:
         llm = llm_labels(s.labeler, df)
     df = df.with_columns(llm_label=pl.Series(llm, dtype=pl.Utf8)).select(
-        "model", "concept", "label", "llm_label", "n_fired", "density", "max_activation", "top_tokens", "examples")
+        "model",
+        "concept",
+        "label",
+        "llm_label",
+        "n_fired",
+        "density",
+        "max_activation",
+        "top_tokens",
+        "examples",
+    )
     write_parquet(df, out)
     live = int((df["n_fired"] > 0).sum())
     log.info("labels: %d latents, %d fire on the corpus", len(df), live)
@@ -326,12 +468,30 @@ def _examples(tok, seqs: list[list[int]], top: pl.DataFrame, ctx: int) -> pl.Dat
     for r in top.iter_rows(named=True):
         ids = seqs[r["seq"]]
         p = r["pos"]
-        context = (tok.decode(ids[max(0, p - ctx):p]) + "[[" + tok.decode([ids[p]]) + "]]"
-                   + tok.decode(ids[p + 1:p + 1 + max(1, ctx // 4)]))
-        ex_rows.append({"concept": r["concept"], "activation": r["activation"],
-                        "token": _token_text(tok, ids[p]), "context": context.replace("\n", "⏎")})
-    return pl.DataFrame(ex_rows, schema={"concept": pl.Int32, "activation": pl.Float32, "token": pl.Utf8,
-                                         "context": pl.Utf8})
+        context = (
+            tok.decode(ids[max(0, p - ctx) : p])
+            + "[["
+            + tok.decode([ids[p]])
+            + "]]"
+            + tok.decode(ids[p + 1 : p + 1 + max(1, ctx // 4)])
+        )
+        ex_rows.append(
+            {
+                "concept": r["concept"],
+                "activation": r["activation"],
+                "token": _token_text(tok, ids[p]),
+                "context": context.replace("\n", "⏎"),
+            }
+        )
+    return pl.DataFrame(
+        ex_rows,
+        schema={
+            "concept": pl.Int32,
+            "activation": pl.Float32,
+            "token": pl.Utf8,
+            "context": pl.Utf8,
+        },
+    )
 
 
 LABELER_PROMPT = (
@@ -352,21 +512,33 @@ def llm_labels(spec: dict, df: pl.DataFrame) -> list[str | None]:
     spec = {**LABELER_DEFAULTS, **spec}
     imported = load_source(spec["model"])
     model, tok = imported.model.eval(), imported.tokenizer
-    order = df.with_row_index("row").filter(pl.col("n_fired") > 0).sort(["n_fired", "concept"], descending=[True, False])
+    order = (
+        df.with_row_index("row")
+        .filter(pl.col("n_fired") > 0)
+        .sort(["n_fired", "concept"], descending=[True, False])
+    )
     if spec["max_concepts"] is not None:
         order = order.head(int(spec["max_concepts"]))
     out: list[str | None] = [None] * len(df)
     for r in order.iter_rows(named=True):
-        snippets = "\n".join(f"- {e['context']}" for e in (r["examples"] or [])[: int(spec["examples"])])
+        snippets = "\n".join(
+            f"- {e['context']}" for e in (r["examples"] or [])[: int(spec["examples"])]
+        )
         msg = LABELER_PROMPT.format(examples=snippets)
         if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template([{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(
+                [{"role": "user", "content": msg}], tokenize=False, add_generation_prompt=True
+            )
             ids = tok(text, add_special_tokens=False, return_tensors="pt")
         else:
             ids = tok(msg + "\nLabel:", return_tensors="pt")
         with torch.no_grad():
-            gen = model.generate(**ids, max_new_tokens=int(spec["max_new_tokens"]), do_sample=False,
-                                 pad_token_id=pad_id(tok))
-        text = tok.decode(gen[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+            gen = model.generate(
+                **ids,
+                max_new_tokens=int(spec["max_new_tokens"]),
+                do_sample=False,
+                pad_token_id=pad_id(tok),
+            )
+        text = tok.decode(gen[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
         out[r["row"]] = (text.strip().splitlines() or [""])[0].strip(" .\"'") or None
     return out

@@ -80,18 +80,33 @@ def _error_lines(err) -> list[str]:
     """'key.path: problem' lines of one schema error; unknown and missing keys are named in the path."""
     path = list(err.absolute_path)
     instance = err.instance
-    if err.validator == "additionalProperties" and err.validator_value is False and isinstance(instance, dict):
+    if (
+        err.validator == "additionalProperties"
+        and err.validator_value is False
+        and isinstance(instance, dict)
+    ):
         allowed = list(err.schema.get("properties", {}))
-        return [f"{key_path(path + [k])}: unknown key (allowed keys: {', '.join(allowed)})"
-                for k in instance if k not in allowed]
+        return [
+            f"{key_path(path + [k])}: unknown key (allowed keys: {', '.join(allowed)})"
+            for k in instance
+            if k not in allowed
+        ]
     if err.validator == "required" and isinstance(instance, dict):
         # An if/then requirement depends on the source: say which one.
-        why = (f" for source {instance['source']!r}"
-               if "then" in err.schema_path and isinstance(instance.get("source"), str) else "")
-        return [f"{key_path(path + [k])}: required key is missing{why}"
-                for k in err.validator_value if k not in instance]
+        why = (
+            f" for source {instance['source']!r}"
+            if "then" in err.schema_path and isinstance(instance.get("source"), str)
+            else ""
+        )
+        return [
+            f"{key_path(path + [k])}: required key is missing{why}"
+            for k in err.validator_value
+            if k not in instance
+        ]
     if err.validator == "not" and err.validator_value == {"const": "all"}:
-        return [f"{key_path(path)}: the name 'all' is reserved (it labels the pooled rows of the metric tables)"]
+        return [
+            f"{key_path(path)}: the name 'all' is reserved (it labels the pooled rows of the metric tables)"
+        ]
     return [f"{key_path(path)}: {err.message}"]
 
 
@@ -102,8 +117,10 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     formats = (config.get("evaluation") or {}).get("formats")
     if formats is not None and not {"open", "mc"} <= set(formats):
         # select_items keeps the items the dense model answers in both formats.
-        errors.append(f"evaluation.formats: must include open and mc, item selection needs both "
-                      f"(got {', '.join(formats)})")
+        errors.append(
+            f"evaluation.formats: must include open and mc, item selection needs both "
+            f"(got {', '.join(formats)})"
+        )
     for name, m in config.get("models", {}).items():
         src = m.get("source")
         if src == "gguf_package":
@@ -122,18 +139,26 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
             known = HUB_LANGUAGES[src]
             for lang in d.get("languages", []):
                 if lang not in known:
-                    errors.append(f"datasets.{name}.languages: {src} has no language {lang!r} "
-                                  f"(known: {', '.join(sorted(known))})")
+                    errors.append(
+                        f"datasets.{name}.languages: {src} has no language {lang!r} "
+                        f"(known: {', '.join(sorted(known))})"
+                    )
         elif src is not None:
             for lang in d.get("languages", []):
                 path = raw_path_for(d, lang)
                 if not (root / path).is_file():
-                    errors.append(f"datasets.{name}.path: file for language {lang!r} not found: {path}")
-    configured = {lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])}
+                    errors.append(
+                        f"datasets.{name}.path: file for language {lang!r} not found: {path}"
+                    )
+    configured = {
+        lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
+    }
     for i, lang in enumerate((config.get("calibration") or {}).get("languages") or []):
         if lang not in configured:
-            errors.append(f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
-                          f"(configured: {', '.join(sorted(configured))})")
+            errors.append(
+                f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
+                f"(configured: {', '.join(sorted(configured))})"
+            )
     errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
     errors += _concept_errors(config, root)
     if not errors:
@@ -149,29 +174,41 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
     errors = []
     sae = c.get("sae") or {}
     if sae.get("k", 32) > sae.get("width", 4096):
-        errors.append(f"concepts.sae.k: {sae['k']} active latents per token is more than concepts.sae.width "
-                      f"({sae.get('width', 4096)})")
+        errors.append(
+            f"concepts.sae.k: {sae['k']} active latents per token is more than concepts.sae.width "
+            f"({sae.get('width', 4096)})"
+        )
     if not (sae.get("corpus", ["items", "calibration"]) or sae.get("text_files")):
-        errors.append("concepts.sae.corpus: empty and no concepts.sae.text_files: the SAE has no text to train on")
-    configured = {lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])}
+        errors.append(
+            "concepts.sae.corpus: empty and no concepts.sae.text_files: the SAE has no text to train on"
+        )
+    configured = {
+        lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
+    }
     for i, lang in enumerate(sae.get("languages") or []):
         if lang not in configured:
-            errors.append(f"concepts.sae.languages[{i}]: language {lang!r} is not a language of any dataset "
-                          f"(configured: {', '.join(sorted(configured))})")
+            errors.append(
+                f"concepts.sae.languages[{i}]: language {lang!r} is not a language of any dataset "
+                f"(configured: {', '.join(sorted(configured))})"
+            )
     for i, f in enumerate(sae.get("text_files") or []):
         if not (root / f).is_file():
             errors.append(f"concepts.sae.text_files[{i}]: file not found: {f}")
     gaps = c.get("gaps") or {}
     if gaps.get("under_quantile", 0.1) >= gaps.get("over_quantile", 0.9):
-        errors.append(f"concepts.gaps.under_quantile: {gaps.get('under_quantile', 0.1)} must be below "
-                      f"concepts.gaps.over_quantile ({gaps.get('over_quantile', 0.9)})")
+        errors.append(
+            f"concepts.gaps.under_quantile: {gaps.get('under_quantile', 0.1)} must be below "
+            f"concepts.gaps.over_quantile ({gaps.get('over_quantile', 0.9)})"
+        )
     for name, m in config.get("models", {}).items():
         spec = m.get("sae")
         if not spec:
             continue
         if importlib.util.find_spec("sae_lens") is None:
-            errors.append(f"models.{name}.sae: a pretrained SAE is loaded with SAELens, which is not installed "
-                          "(pip install 'benchmark-illusion[sae]')")
+            errors.append(
+                f"models.{name}.sae: a pretrained SAE is loaded with SAELens, which is not installed "
+                "(pip install 'benchmark-illusion[sae]')"
+            )
         if spec.get("path") and not (root / spec["path"]).is_dir():
             errors.append(f"models.{name}.sae.path: SAE folder not found: {spec['path']}")
     return errors
@@ -198,9 +235,11 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
             resolved = {**d, "path": str(root / d["path"])}
             chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
     if chars < need:
-        return [f"calibration: n_windows x seq_len = {need} tokens, but all passages of the configured datasets "
-                f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
-                f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"]
+        return [
+            f"calibration: n_windows x seq_len = {need} tokens, but all passages of the configured datasets "
+            f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
+            f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"
+        ]
     return []
 
 
@@ -223,13 +262,23 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
         except ValueError as e:
             errors.append(f"pruning.nm[{i}]: {e}")
             continue
-        if isinstance(entry, dict) and "sparsity" in entry and abs(entry["sparsity"] - st.sparsity) > 1e-9:
-            errors.append(f"pruning.nm[{i}].sparsity: {pattern} prunes N/M = {st.sparsity:g} of the weights, "
-                          f"not {entry['sparsity']:g}")
+        if (
+            isinstance(entry, dict)
+            and "sparsity" in entry
+            and abs(entry["sparsity"] - st.sparsity) > 1e-9
+        ):
+            errors.append(
+                f"pruning.nm[{i}].sparsity: {pattern} prunes N/M = {st.sparsity:g} of the weights, "
+                f"not {entry['sparsity']:g}"
+            )
         if "sparsegpt" in pruning.get("methods", []) and blocksize % st.m:
-            errors.append(f"pruning.sparsegpt.blocksize: {blocksize} is not a multiple of M={st.m} ({pattern})")
+            errors.append(
+                f"pruning.sparsegpt.blocksize: {blocksize} is not a multiple of M={st.m} ({pattern})"
+            )
     if pruning.get("methods") and not (pruning.get("sparsities") or pruning.get("nm")):
-        errors.append("pruning.sparsities: methods are set but there is no sparsity and no N:M pattern to prune to")
+        errors.append(
+            "pruning.sparsities: methods are set but there is no sparsity and no N:M pattern to prune to"
+        )
     if calibration.get("source") == "text_files":
         need = calibration.get("n_windows", 16) * calibration.get("seq_len", 128)
         chars = 0
@@ -241,8 +290,10 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
         # A token covers at least one character, so fewer characters than tokens needed is
         # certainly too little (the exact count is checked when the windows are cut).
         if chars and chars < need:
-            errors.append(f"calibration: n_windows x seq_len = {need} tokens, but calibration.paths hold only "
-                          f"{chars} characters")
+            errors.append(
+                f"calibration: n_windows x seq_len = {need} tokens, but calibration.paths hold only "
+                f"{chars} characters"
+            )
     return errors
 
 

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 import polars as pl
 
@@ -105,7 +106,9 @@ def raw_path_for(cfg: dict, lang: str) -> str | None:
         return None
     template = cfg.get("path")
     if not isinstance(template, (str, os.PathLike)) or not str(template):
-        raise DatasetError(f"dataset config with source {source!r} needs a 'path' (got {template!r})")
+        raise DatasetError(
+            f"dataset config with source {source!r} needs a 'path' (got {template!r})"
+        )
     # str.replace rather than str.format: other braces in a path must stay literal.
     return os.path.expanduser(str(template).replace("{lang}", lang))
 
@@ -114,7 +117,9 @@ def _source(cfg: dict) -> str:
     """The config's source name, checked against SOURCES."""
     source = cfg.get("source")
     if source not in SOURCES:
-        raise DatasetError(f"unknown dataset source {source!r}; expected one of {', '.join(SOURCES)}")
+        raise DatasetError(
+            f"unknown dataset source {source!r}; expected one of {', '.join(SOURCES)}"
+        )
     return source
 
 
@@ -192,7 +197,11 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
     """
     errors: list[type[BaseException]] = [ConnectionError, TimeoutError]
     try:
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
+        from huggingface_hub.errors import (
+            HfHubHTTPError,
+            LocalEntryNotFoundError,
+            OfflineModeIsEnabled,
+        )
 
         errors += [OfflineModeIsEnabled, LocalEntryNotFoundError, HfHubHTTPError]
     except ImportError:
@@ -218,7 +227,9 @@ def _frame_from_hub(df: pl.DataFrame, lang: str, where: str) -> pl.DataFrame:
     answers = df.schema["answers"]
     fields = {f.name for f in answers.fields} if isinstance(answers, pl.Struct) else set()
     if not {"text", "answer_start"} <= fields:
-        raise DatasetError(f"{where}: column 'answers' should be a struct of text and answer_start, got {answers}")
+        raise DatasetError(
+            f"{where}: column 'answers' should be a struct of text and answer_start, got {answers}"
+        )
     title = pl.col("title") if "title" in df.columns else pl.lit("")
     return _conform(
         df.select(
@@ -294,7 +305,9 @@ def _read_json(path: str) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise DatasetError(f"{path}: malformed JSON ({e.msg} at line {e.lineno}, column {e.colno})") from e
+        raise DatasetError(
+            f"{path}: malformed JSON ({e.msg} at line {e.lineno}, column {e.colno})"
+        ) from e
     except UnicodeDecodeError as e:
         raise DatasetError(f"{path}: not UTF-8 text ({e})") from e
 
@@ -309,7 +322,9 @@ def _read_jsonl(path: str) -> Iterator[tuple[int, Any]]:
                 try:
                     yield line_no, json.loads(line)
                 except json.JSONDecodeError as e:
-                    raise DatasetError(f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})") from e
+                    raise DatasetError(
+                        f"{path}:{line_no}: malformed JSON ({e.msg} at column {e.colno})"
+                    ) from e
     except UnicodeDecodeError as e:
         raise DatasetError(f"{path}: not UTF-8 text ({e})") from e
 
@@ -318,7 +333,9 @@ def _squad_records(doc: Any, path: str) -> Iterator[dict]:
     """Flatten the SQuAD nesting into one record per question, checking the structure on the way."""
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
         got = type(doc).__name__ if not isinstance(doc, dict) else f"keys {sorted(doc)}"
-        raise DatasetError(f"{path}: expected a JSON object with a 'data' list (SQuAD layout), got {got}")
+        raise DatasetError(
+            f"{path}: expected a JSON object with a 'data' list (SQuAD layout), got {got}"
+        )
     for i, article in enumerate(doc["data"]):
         at = f"{path}: data[{i}]"
         _require_keys(article, ("paragraphs",), at)
@@ -371,7 +388,9 @@ def _split_answers(value: Any, explicit_starts: Any, where: str) -> tuple[list, 
         starts = value.get("answer_start")
         return texts, _starts(starts, len(texts), where)
     if not isinstance(value, list):
-        raise DatasetError(f"{where}: 'answers' must be a list or an object, got {type(value).__name__}")
+        raise DatasetError(
+            f"{where}: 'answers' must be a list or an object, got {type(value).__name__}"
+        )
     if all(isinstance(a, dict) for a in value):
         for n, a in enumerate(value):
             _require_keys(a, ("text",), f"{where}: answers[{n}]")
@@ -445,7 +464,9 @@ def _require_columns(columns: Iterable[str], required: Iterable[str], where: str
         raise DatasetError(f"{where}: missing column(s) {missing} (found: {columns})")
 
 
-def _records_frame(records: list[dict], lang: str, where: str, langs_seen: set | None = None) -> pl.DataFrame:
+def _records_frame(
+    records: list[dict], lang: str, where: str, langs_seen: set | None = None
+) -> pl.DataFrame:
     """Build the RAW_SCHEMA frame from records; no records at all is an error."""
     if not records:
         found = f" (languages in file: {sorted(map(str, langs_seen))})" if langs_seen else ""
@@ -490,9 +511,14 @@ def strip_invisible_edges(df: pl.DataFrame) -> pl.DataFrame:
     """
     text_cols = ("title", "context", "question")
     has = pl.any_horizontal(
-        *(pl.col(c).str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$").fill_null(False) for c in text_cols),
-        pl.col("answers").list.eval(pl.element().str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$"))
-        .list.any().fill_null(False),
+        *(
+            pl.col(c).str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$").fill_null(False)
+            for c in text_cols
+        ),
+        pl.col("answers")
+        .list.eval(pl.element().str.contains(f"^[{INVISIBLE_EDGES}]|[{INVISIBLE_EDGES}]$"))
+        .list.any()
+        .fill_null(False),
     )
     if not df.select(has.any()).item():
         return df

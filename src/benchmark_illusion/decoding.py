@@ -14,6 +14,7 @@ from .judge import judge, judge_candidates, normalize
 from .prompts import PromptSettings, adds_special_tokens, build_prompt, prompt_id
 from .settings import EvalSettings
 
+
 class Tokens:
     """Tokenisation that keeps prompt/continuation boundaries right."""
 
@@ -41,7 +42,9 @@ class Tokens:
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=self.special)["input_ids"]
 
-    def continuation(self, prompt_text: str, prompt_ids: list[int], answer: str) -> tuple[list[int], int]:
+    def continuation(
+        self, prompt_text: str, prompt_ids: list[int], answer: str
+    ) -> tuple[list[int], int]:
         """Ids of `answer` as it continues the prompt, tokenised together with it.
 
         Returns (ids, start): `start` is where they begin in the joint tokenisation; it is
@@ -63,7 +66,9 @@ def batches(order: list[int], size: int, budgets: list[int] | None = None):
     """Consecutive runs of `order` of at most `size` rows; with `budgets`, one budget per batch."""
     batch: list[int] = []
     for i in order:
-        if batch and (len(batch) == size or (budgets is not None and budgets[i] != budgets[batch[0]])):
+        if batch and (
+            len(batch) == size or (budgets is not None and budgets[i] != budgets[batch[0]])
+        ):
             yield batch
             batch = []
         batch.append(i)
@@ -73,7 +78,10 @@ def batches(order: list[int], size: int, budgets: list[int] | None = None):
 
 def gold_tokens(toks: Tokens, answers) -> int:
     """Tokens the longest gold takes when written after the prompt (separator included)."""
-    return max((len(toks.tok(toks.sep + a, add_special_tokens=False)["input_ids"]) for a in answers), default=0)
+    return max(
+        (len(toks.tok(toks.sep + a, add_special_tokens=False)["input_ids"]) for a in answers),
+        default=0,
+    )
 
 
 def budgets(toks: Tokens, rows: list[dict], floor: int, margin: int) -> list[int]:
@@ -85,8 +93,14 @@ def budgets(toks: Tokens, rows: list[dict], floor: int, margin: int) -> list[int
     return [max(floor, gold_tokens(toks, r["answers"]) + margin) for r in rows]
 
 
-def format_prompts(toks: Tokens, settings: EvalSettings, rows: list[dict], fmt: str, exemplars: dict | None = None,
-             budget: list[int] | None = None):
+def format_prompts(
+    toks: Tokens,
+    settings: EvalSettings,
+    rows: list[dict],
+    fmt: str,
+    exemplars: dict | None = None,
+    budget: list[int] | None = None,
+):
     """Prompt texts and ids of `rows` in format `fmt`, and the row order for length-sorted batches.
 
     exemplars: item_id -> item, for the `oneshot` format's worked example.
@@ -98,29 +112,49 @@ def format_prompts(toks: Tokens, settings: EvalSettings, rows: list[dict], fmt: 
         if fmt == "oneshot":
             ex = (exemplars or {}).get(r.get("exemplar_id"))
             if ex is None:
-                raise ValueError(f"item {r['item_id']!r}: its 1-shot exemplar {r.get('exemplar_id')!r} "
-                                 "is not in the item table")
+                raise ValueError(
+                    f"item {r['item_id']!r}: its 1-shot exemplar {r.get('exemplar_id')!r} "
+                    "is not in the item table"
+                )
         texts.append(build_prompt(toks.tok, settings.prompt, r, fmt, exemplar=ex))
     ids = [toks.encode(t) for t in texts]
-    order = sorted(range(len(rows)), key=lambda i: (budget[i] if budget else 0, len(ids[i]), rows[i]["item_id"]))
+    order = sorted(
+        range(len(rows)),
+        key=lambda i: (budget[i] if budget else 0, len(ids[i]), rows[i]["item_id"]),
+    )
     return texts, ids, order
 
 
 def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open") -> dict:
     """The judge's columns of a generated row (docs/logs.md); `candidates` rows also get pred_option."""
     lang = item["lang"]
-    common = dict(question=item["question"], passage=item["context"],
-                  max_length_factor=settings.max_length_factor, max_length_slack=settings.max_length_slack)
+    common = dict(
+        question=item["question"],
+        passage=item["context"],
+        max_length_factor=settings.max_length_factor,
+        max_length_slack=settings.max_length_slack,
+    )
     if fmt == "candidates":
         letters = settings.prompt.candidates_style == "letters"
-        j = judge_candidates(output, list(item["options"]), item["gold_option"], lang, letters=letters, **common)
+        j = judge_candidates(
+            output, list(item["options"]), item["gold_option"], lang, letters=letters, **common
+        )
     else:
         options = item.get("options")
         options = None if options is None else list(options)
         j = judge(output, list(item["answers"]), lang, options=options, **common)
-    row = dict(correct=j.correct, exact_match=j.exact_match, f1=j.f1, contains=j.contains, echo=j.echo,
-               too_long=j.too_long, hedge=j.hedge, repeat=j.repeat, options_named=j.options_named,
-               answer_norm=normalize(j.judged, lang))
+    row = dict(
+        correct=j.correct,
+        exact_match=j.exact_match,
+        f1=j.f1,
+        contains=j.contains,
+        echo=j.echo,
+        too_long=j.too_long,
+        hedge=j.hedge,
+        repeat=j.repeat,
+        options_named=j.options_named,
+        answer_norm=normalize(j.judged, lang),
+    )
     if fmt == "candidates":
         row["pred_option"] = j.pred_option
     else:
@@ -143,8 +177,18 @@ def decoy_option(item: dict) -> int | None:
     return (gold + 1) % len(options)
 
 
-def greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt: str,
-                   exemplars: dict | None = None, max_new_tokens: int | None = None) -> list[dict]:
+def greedy_format(
+    model,
+    toks: Tokens,
+    rows,
+    settings,
+    stop,
+    base,
+    progress,
+    fmt: str,
+    exemplars: dict | None = None,
+    max_new_tokens: int | None = None,
+) -> list[dict]:
     """Greedy answers in a format with its own prompt: `candidates` or `oneshot`.
 
     max_new_tokens: the budget floor (default: evaluation.max_new_tokens); each row's budget is
@@ -153,7 +197,9 @@ def greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt
     budget = budgets(toks, rows, max_new_tokens or settings.max_new_tokens, settings.budget_margin)
     texts, ids, order = format_prompts(toks, settings, rows, fmt, exemplars, budget=budget)
     out = []
-    bar = tqdm(total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress)
+    bar = tqdm(
+        total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress
+    )
     for batch in batches(order, settings.batch_size, budget):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
@@ -162,11 +208,22 @@ def greedy_format(model, toks: Tokens, rows, settings, stop, base, progress, fmt
         for b, i in enumerate(batch):
             r = rows[i]
             text = toks.tok.decode(gen[b], skip_special_tokens=True)
-            out.append(dict(
-                base, item_id=r["item_id"], format=fmt, decode="greedy", prompt_id=prompt_id(texts[i]),
-                output=text, **judge_row(text, r, settings, fmt), gold_option=r["gold_option"],
-                n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]), max_new_tokens=budget[i], seconds=dt,
-            ))
+            out.append(
+                dict(
+                    base,
+                    item_id=r["item_id"],
+                    format=fmt,
+                    decode="greedy",
+                    prompt_id=prompt_id(texts[i]),
+                    output=text,
+                    **judge_row(text, r, settings, fmt),
+                    gold_option=r["gold_option"],
+                    n_prompt_tokens=len(ids[i]),
+                    n_output_tokens=len(gen[b]),
+                    max_new_tokens=budget[i],
+                    seconds=dt,
+                )
+            )
         bar.update(len(batch))
     bar.close()
     return out

@@ -60,7 +60,9 @@ def pad_id(tokenizer) -> int:
 PAD_SIDES = ("left", "right")
 
 
-def pad_batch(seqs: list[list[int]], pad_id: int, device, side: str = "left") -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    seqs: list[list[int]], pad_id: int, device, side: str = "left"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pad token lists into ids [B, T] and attention mask [B, T] (T: the longest list).
 
     side='left': each row's tokens end at T (prompts that are continued, see the module
@@ -96,8 +98,14 @@ def prefill(model, seqs: list[list[int]], pad_id: int) -> Prefill:
     ids, mask = pad_batch(seqs, pad_id, device, side="left")
     # Only the last position's logits are needed: skipping the rest saves the lm_head's
     # [T, V] product, a fifth of the prefill's cost for a small model with a large vocabulary.
-    keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **keep)
+    keep = (
+        {"logits_to_keep": 1}
+        if "logits_to_keep" in inspect.signature(model.forward).parameters
+        else {}
+    )
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **keep
+    )
     return Prefill(
         last_logits=out.logits[:, -1, :].float(),
         cache=_out_cache(out),
@@ -119,7 +127,9 @@ class ContinuationScores:
 
 
 @torch.inference_mode()
-def score_tokens(model, state: Prefill, conts: list[list[list[int]]], pad_id: int) -> list[list[ContinuationScores]]:
+def score_tokens(
+    model, state: Prefill, conts: list[list[list[int]]], pad_id: int
+) -> list[list[ContinuationScores]]:
     """Per-token log-probs and ranks of each continuation given its row's prompt.
 
     conts[b]: the continuations of row b (any number, each >= 1 token), scored with the
@@ -150,7 +160,13 @@ def score_tokens(model, state: Prefill, conts: list[list[list[int]]], pad_id: in
         feed = tok[:, :-1]  # [N, L-1]; position j predicts token j+1
         mask = torch.cat([state.mask[rows], valid[:, :-1].long()], dim=1)
         pos = state.next_pos[rows][:, None] + torch.arange(L - 1, device=device)[None]
-        out = model(input_ids=feed, attention_mask=mask, position_ids=pos, use_cache=True, **{_cache_kwarg(model): cache})
+        out = model(
+            input_ids=feed,
+            attention_mask=mask,
+            position_ids=pos,
+            use_cache=True,
+            **{_cache_kwarg(model): cache},
+        )
         logits = torch.cat([logits, out.logits.float()], dim=1)  # [N, L, V]
     logp = torch.log_softmax(logits.float(), -1)
     chosen = logp.gather(-1, tok[..., None])  # [N, L, 1]
@@ -163,7 +179,9 @@ def score_tokens(model, state: Prefill, conts: list[list[list[int]]], pad_id: in
     return result
 
 
-def score_continuations(model, state: Prefill, conts: list[list[list[int]]], pad_id: int) -> list[list[float]]:
+def score_continuations(
+    model, state: Prefill, conts: list[list[list[int]]], pad_id: int
+) -> list[list[float]]:
     """Sum of log-probs of each continuation given its row's prompt, reusing the prompt's cache.
 
     conts[b][k]: token ids of option k of row b (each option >= 1 token). Returns [B][K_b] floats.
@@ -187,7 +205,7 @@ class StopRule:
     content: torch.Tensor
 
     @classmethod
-    def for_tokenizer(cls, tokenizer, extra_stop_ids=()) -> "StopRule":
+    def for_tokenizer(cls, tokenizer, extra_stop_ids=()) -> StopRule:
         vocab = len(tokenizer)
         texts = tokenizer.batch_decode([[i] for i in range(vocab)])
         newline = torch.tensor(["\n" in t for t in texts])
@@ -199,7 +217,9 @@ class StopRule:
 
 
 @torch.inference_mode()
-def greedy(model, state: Prefill, max_new_tokens: int, stop: StopRule, pad_id: int) -> list[list[int]]:
+def greedy(
+    model, state: Prefill, max_new_tokens: int, stop: StopRule, pad_id: int
+) -> list[list[int]]:
     """Greedy continuation of every row, reusing the prefill cache (which it extends).
 
     Returns the generated ids per row, without the stop token.
@@ -229,9 +249,17 @@ def greedy(model, state: Prefill, max_new_tokens: int, stop: StopRule, pad_id: i
                     done[b] = True
         if all(done) or step == max_new_tokens - 1:
             break
-        feed = torch.where(torch.tensor(done, device=device), torch.full_like(nxt, pad_id), nxt)[:, None]
+        feed = torch.where(torch.tensor(done, device=device), torch.full_like(nxt, pad_id), nxt)[
+            :, None
+        ]
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        res = model(input_ids=feed, attention_mask=mask, position_ids=pos[:, None], use_cache=True, **{kw: cache})
+        res = model(
+            input_ids=feed,
+            attention_mask=mask,
+            position_ids=pos[:, None],
+            use_cache=True,
+            **{kw: cache},
+        )
         cache = _out_cache(res)
         logits = res.logits[:, -1, :].float()
         pos = pos + 1

@@ -49,8 +49,15 @@ def naive_logprob(model, prefix: list[int], cont: list[int]) -> float:
     return float(sum(logp[n - 1 + j, t] for j, t in enumerate(cont)))
 
 
-def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings, meta: RunMeta,
-                   progress: bool = True, exemplars: dict[str, dict] | None = None) -> pl.DataFrame:
+def evaluate_items(
+    model,
+    tokenizer,
+    items: pl.DataFrame,
+    settings: EvalSettings,
+    meta: RunMeta,
+    progress: bool = True,
+    exemplars: dict[str, dict] | None = None,
+) -> pl.DataFrame:
     """Run every requested format, then the enabled recovery decodes; return the log rows (LOG_SCHEMA).
 
     exemplars: item_id -> item for the 1-shot examples (needed when recovery.oneshot is on).
@@ -63,9 +70,16 @@ def evaluate_items(model, tokenizer, items: pl.DataFrame, settings: EvalSettings
     stop = engine.StopRule.for_tokenizer(tokenizer, _extra_stop_ids(model))
     rows = items.to_dicts()
     base = dict(
-        model=meta.model, method=meta.method, structure=meta.structure, sparsity=float(meta.sparsity),
-        dataset=meta.dataset, lang=meta.lang, seed=settings.seed, model_hash=meta.model_hash,
-        config_hash=meta.config_hash, sample=0,
+        model=meta.model,
+        method=meta.method,
+        structure=meta.structure,
+        sparsity=float(meta.sparsity),
+        dataset=meta.dataset,
+        lang=meta.lang,
+        seed=settings.seed,
+        model_hash=meta.model_hash,
+        config_hash=meta.config_hash,
+        sample=0,
     )
     out: list[dict] = []
     want = set(settings.formats)
@@ -101,7 +115,9 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
     budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
     texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
     out = []
-    bar = tqdm(total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress)
+    bar = tqdm(
+        total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress
+    )
     for batch in batches(order, settings.batch_size, budget):
         t0 = time.perf_counter()
         state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
@@ -110,13 +126,25 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
         t1 = time.perf_counter()
         golds = [_gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in batch]
         options = _option_continuations(toks, rows, batch, texts, ids) if "mc" in want else None
-        conts = [[c for _, c in g] + ([c for c, _ in options[b]] if options else []) for b, g in enumerate(golds)]
+        conts = [
+            [c for _, c in g] + ([c for c, _ in options[b]] if options else [])
+            for b, g in enumerate(golds)
+        ]
         scores = engine.score_tokens(model, state, conts, toks.pad_id)
         best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
         if "mc" in want:
-            out += _mc_rows(model, rows, batch, texts, ids, options, [sc[len(g):] for sc, g in zip(scores, golds)], base)
+            out += _mc_rows(
+                model,
+                rows,
+                batch,
+                texts,
+                ids,
+                options,
+                [sc[len(g) :] for sc, g in zip(scores, golds)],
+                base,
+            )
             t_mc = (time.perf_counter() - t1) / len(batch)
-            for row in out[-len(batch):]:
+            for row in out[-len(batch) :]:
                 row["seconds"] = t_mc + t_prefill / len(batch)
         if "open" in want:
             t2 = time.perf_counter()
@@ -125,18 +153,31 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
             for b, i in enumerate(batch):
                 r = rows[i]
                 text = toks.tok.decode(gen[b], skip_special_tokens=True)
-                out.append(dict(
-                    base, item_id=r["item_id"], format="open", decode="greedy", prompt_id=prompt_id(texts[i]),
-                    output=text, **judge_row(text, r, settings), **best[b],
-                    gold_option=r["gold_option"], n_prompt_tokens=len(ids[i]), n_output_tokens=len(gen[b]),
-                    max_new_tokens=budget[i], seconds=t_gen + t_prefill / len(batch),
-                ))
+                out.append(
+                    dict(
+                        base,
+                        item_id=r["item_id"],
+                        format="open",
+                        decode="greedy",
+                        prompt_id=prompt_id(texts[i]),
+                        output=text,
+                        **judge_row(text, r, settings),
+                        **best[b],
+                        gold_option=r["gold_option"],
+                        n_prompt_tokens=len(ids[i]),
+                        n_output_tokens=len(gen[b]),
+                        max_new_tokens=budget[i],
+                        seconds=t_gen + t_prefill / len(batch),
+                    )
+                )
         bar.update(len(batch))
     bar.close()
     return out
 
 
-def _gold_continuations(toks: Tokens, text: str, ids: list[int], answers) -> list[tuple[str, list[int]]]:
+def _gold_continuations(
+    toks: Tokens, text: str, ids: list[int], answers
+) -> list[tuple[str, list[int]]]:
     """(answer, ids) of every gold that continues the prompt at a token boundary."""
     out = []
     for a in answers:
@@ -146,11 +187,20 @@ def _gold_continuations(toks: Tokens, text: str, ids: list[int], answers) -> lis
     return out
 
 
-_NO_GOLD = dict(gold_rank=None, gold_logprob=None, gold_token=None, gold_token_offset=None,
-                gold_token_partial=None, gold_logprob_answer=None, gold_logprob_answer_per_byte=None)
+_NO_GOLD = dict(
+    gold_rank=None,
+    gold_logprob=None,
+    gold_token=None,
+    gold_token_offset=None,
+    gold_token_partial=None,
+    gold_logprob_answer=None,
+    gold_logprob_answer_per_byte=None,
+)
 
 
-def _gold_rank(toks: Tokens, golds: list[tuple[str, list[int]]], scores: list[engine.ContinuationScores]) -> dict:
+def _gold_rank(
+    toks: Tokens, golds: list[tuple[str, list[int]]], scores: list[engine.ContinuationScores]
+) -> dict:
     """The gold columns of an `open` row (docs/logs.md), from the teacher-forced gold scores.
 
     Per gold, the ranked token is its first token with visible text: leading tokens that decode
@@ -170,13 +220,19 @@ def _gold_rank(toks: Tokens, golds: list[tuple[str, list[int]]], scores: list[en
     whole = max(range(len(golds)), key=lambda j: scores[j].total)
     total = scores[whole].total
     return dict(
-        gold_rank=int(rank), gold_logprob=float(logprob), gold_token=toks.text(token), gold_token_offset=offset,
-        gold_token_partial=toks.is_partial(token), gold_logprob_answer=total,
+        gold_rank=int(rank),
+        gold_logprob=float(logprob),
+        gold_token=toks.text(token),
+        gold_token_offset=offset,
+        gold_token_partial=toks.is_partial(token),
+        gold_logprob_answer=total,
         gold_logprob_answer_per_byte=total / max(1, len(golds[whole][0].encode("utf-8"))),
     )
 
 
-def _option_continuations(toks: Tokens, rows, batch, texts, ids) -> list[list[tuple[list[int], tuple | None]]]:
+def _option_continuations(
+    toks: Tokens, rows, batch, texts, ids
+) -> list[list[tuple[list[int], tuple | None]]]:
     """Per row, per option: (ids scored with the cache, None) or ([pad], (start, ids)) on a boundary merge."""
     out = []
     for i in batch:
@@ -201,14 +257,25 @@ def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict
         per_byte = [s / max(1, len(o.encode("utf-8"))) for s, o in zip(ll, r["options"])]
         pred = max(range(len(ll)), key=lambda k: ll[k])
         pred_norm = max(range(len(ll)), key=lambda k: per_byte[k])
-        out.append(dict(
-            base, item_id=r["item_id"], format="mc", decode="loglik", prompt_id=prompt_id(texts[i]),
-            output=r["options"][pred], answer_norm=normalize(r["options"][pred], r["lang"]),
-            correct=pred == r["gold_option"], option_ll=ll,
-            option_ll_per_byte=per_byte, pred_option=pred, pred_option_norm=pred_norm,
-            correct_norm=pred_norm == r["gold_option"], gold_option=r["gold_option"],
-            n_prompt_tokens=len(ids[i]), n_output_tokens=0, boundary_merge=any(m is not None for m in merged),
-        ))
+        out.append(
+            dict(
+                base,
+                item_id=r["item_id"],
+                format="mc",
+                decode="loglik",
+                prompt_id=prompt_id(texts[i]),
+                output=r["options"][pred],
+                answer_norm=normalize(r["options"][pred], r["lang"]),
+                correct=pred == r["gold_option"],
+                option_ll=ll,
+                option_ll_per_byte=per_byte,
+                pred_option=pred,
+                pred_option_norm=pred_norm,
+                correct_norm=pred_norm == r["gold_option"],
+                gold_option=r["gold_option"],
+                n_prompt_tokens=len(ids[i]),
+                n_output_tokens=0,
+                boundary_merge=any(m is not None for m in merged),
+            )
+        )
     return out
-
-

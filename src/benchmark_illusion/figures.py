@@ -22,13 +22,27 @@ from .io import atomic_path  # noqa: E402
 
 log = logging.getLogger("benchmark_illusion")
 
-FIGURES = ("accuracy_vs_sparsity", "mc_only_by_language", "gold_rank_cdf", "recovery_by_decode", "position_bias",
-           "oracle_vs_sparsity")
-FORMATS = {"open": "open (generate)", "candidates": "candidates (options shown, generate)",
-           "mc": "mc (log-likelihood)"}
-DECODES = {"beam_top": "beam, top beam", "beam_any": "beam, any beam", "sample_pass": "sampling, pass@k",
-           "sample_majority": "sampling, majority vote", "oneshot": "one-shot greedy",
-           "oracle": "any decode (oracle)"}
+FIGURES = (
+    "accuracy_vs_sparsity",
+    "mc_only_by_language",
+    "gold_rank_cdf",
+    "recovery_by_decode",
+    "position_bias",
+    "oracle_vs_sparsity",
+)
+FORMATS = {
+    "open": "open (generate)",
+    "candidates": "candidates (options shown, generate)",
+    "mc": "mc (log-likelihood)",
+}
+DECODES = {
+    "beam_top": "beam, top beam",
+    "beam_any": "beam, any beam",
+    "sample_pass": "sampling, pass@k",
+    "sample_majority": "sampling, majority vote",
+    "oneshot": "one-shot greedy",
+    "oracle": "any decode (oracle)",
+}
 METHOD_COLORS = {"magnitude": "tab:blue", "wanda": "tab:orange", "sparsegpt": "tab:green"}
 
 
@@ -47,20 +61,29 @@ def _save(fig, path: Path) -> None:
 
 
 def _grid(n_rows: int, n_cols: int, width: float = 4.2, height: float = 3.4):
-    fig, axes = plt.subplots(max(n_rows, 1), max(n_cols, 1), figsize=(width * max(n_cols, 1), height * max(n_rows, 1)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        max(n_rows, 1),
+        max(n_cols, 1),
+        figsize=(width * max(n_cols, 1), height * max(n_rows, 1)),
+        squeeze=False,
+    )
     return fig, axes
 
 
 def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4")
+    ax.text(
+        0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4"
+    )
     ax.set_xticks([])
     ax.set_yticks([])
 
 
 def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> None:
     df = df.sort(x)
-    yerr = [(df[y] - df[lo]).clip(lower_bound=0).to_list(), (df[hi] - df[y]).clip(lower_bound=0).to_list()]
+    yerr = [
+        (df[y] - df[lo]).clip(lower_bound=0).to_list(),
+        (df[hi] - df[y]).clip(lower_bound=0).to_list(),
+    ]
     ax.errorbar(df[x].to_list(), df[y].to_list(), yerr=yerr, capsize=3, **kw)
 
 
@@ -95,7 +118,15 @@ def _method_panels(df: pl.DataFrame, models: list[str], empty: str):
     return fig, axes, panels()
 
 
-def _label(ax, model: str, method: str, xlabel: str, ylabel: str, ylim: tuple[float, float], grid: str = "major") -> None:
+def _label(
+    ax,
+    model: str,
+    method: str,
+    xlabel: str,
+    ylabel: str,
+    ylim: tuple[float, float],
+    grid: str = "major",
+) -> None:
     ax.set_ylim(*ylim)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -108,7 +139,9 @@ SPARSITY_LABEL = "sparsity (fraction of weights zeroed)"
 
 def accuracy_vs_sparsity(con, path: Path) -> None:
     """Accuracy on the selected items per format, against sparsity, one line per method."""
-    df = con.sql("SELECT * FROM accuracy WHERE dataset = 'all' AND format IN ('open', 'candidates', 'mc')").pl()
+    df = con.sql(
+        "SELECT * FROM accuracy WHERE dataset = 'all' AND format IN ('open', 'candidates', 'mc')"
+    ).pl()
     models = sorted(df["model"].unique().to_list())
     fig, axes = _grid(len(models), len(FORMATS))
     for r, model in enumerate(models):
@@ -123,23 +156,59 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
                 continue
             base = f.filter(pl.col("method") == "dense")
             for i, method in enumerate(_methods(f)):
-                for structure in sorted(f.filter(pl.col("method") == method)["structure"].unique().to_list()):
+                for structure in sorted(
+                    f.filter(pl.col("method") == method)["structure"].unique().to_list()
+                ):
                     m = f.filter((pl.col("method") == method) & (pl.col("structure") == structure))
                     if structure == "unstructured":
-                        _errorbar(ax, pl.concat([base, m]), "sparsity", "accuracy", "ci_low", "ci_high",
-                                  marker="o", color=_color(method, i), label=method)
+                        _errorbar(
+                            ax,
+                            pl.concat([base, m]),
+                            "sparsity",
+                            "accuracy",
+                            "ci_low",
+                            "ci_high",
+                            marker="o",
+                            color=_color(method, i),
+                            label=method,
+                        )
                     else:
-                        _errorbar(ax, m, "sparsity", "accuracy", "ci_low", "ci_high", marker="s", linestyle="none",
-                                  markerfacecolor="none", color=_color(method, i), label=f"{method} {structure}")
+                        _errorbar(
+                            ax,
+                            m,
+                            "sparsity",
+                            "accuracy",
+                            "ci_low",
+                            "ci_high",
+                            marker="s",
+                            linestyle="none",
+                            markerfacecolor="none",
+                            color=_color(method, i),
+                            label=f"{method} {structure}",
+                        )
             if base.height and not _methods(f):
-                _errorbar(ax, base, "sparsity", "accuracy", "ci_low", "ci_high", marker="o", color="k", label="dense")
+                _errorbar(
+                    ax,
+                    base,
+                    "sparsity",
+                    "accuracy",
+                    "ci_low",
+                    "ci_high",
+                    marker="o",
+                    color="k",
+                    label="dense",
+                )
             ax.set_ylim(-0.03, 1.03)
             ax.set_xlabel(SPARSITY_LABEL)
             ax.set_ylabel("accuracy on selected items")
             ax.set_title(f"{model}: {title}", fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
-    fig.suptitle("Accuracy vs sparsity by format (all languages pooled; 95% bootstrap intervals)", fontsize=12, y=1.02)
+    fig.suptitle(
+        "Accuracy vs sparsity by format (all languages pooled; 95% bootstrap intervals)",
+        fontsize=12,
+        y=1.02,
+    )
     _save(fig, path)
 
 
@@ -150,27 +219,69 @@ def mc_only_by_language(con, path: Path) -> None:
     fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
     for ax, model, method, d in panels:
         dense = d.filter(pl.col("method") == "dense")
-        m = pl.concat([dense, d.filter((pl.col("method") == method) & (pl.col("structure") == "unstructured"))])
-        benchmarks = m.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
+        m = pl.concat(
+            [
+                dense,
+                d.filter((pl.col("method") == method) & (pl.col("structure") == "unstructured")),
+            ]
+        )
+        benchmarks = (
+            m.filter(pl.col("lang") != "all")
+            .select("dataset", "lang")
+            .unique()
+            .sort("dataset", "lang")
+        )
         for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
             b = m.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang)).sort("sparsity")
             n = int(b["n_items"].max())
-            ax.plot(b["sparsity"].to_list(), b["mc_only_rate"].to_list(), marker="o", alpha=0.8,
-                    color=f"C{i % 10}", label=f"{dataset}/{lang} (n={n})")
+            ax.plot(
+                b["sparsity"].to_list(),
+                b["mc_only_rate"].to_list(),
+                marker="o",
+                alpha=0.8,
+                color=f"C{i % 10}",
+                label=f"{dataset}/{lang} (n={n})",
+            )
         pooled = m.filter(pl.col("lang") == "all")
-        _errorbar(ax, pooled, "sparsity", "mc_only_rate", "mc_only_ci_low", "mc_only_ci_high", color="k",
-                  linewidth=2.2, marker="D", label=f"all pooled (n={int(pooled['n_items'].max())})")
-        nm_pooled = d.filter((pl.col("method") == method) & (pl.col("structure") != "unstructured")
-                             & (pl.col("lang") == "all"))
+        _errorbar(
+            ax,
+            pooled,
+            "sparsity",
+            "mc_only_rate",
+            "mc_only_ci_low",
+            "mc_only_ci_high",
+            color="k",
+            linewidth=2.2,
+            marker="D",
+            label=f"all pooled (n={int(pooled['n_items'].max())})",
+        )
+        nm_pooled = d.filter(
+            (pl.col("method") == method)
+            & (pl.col("structure") != "unstructured")
+            & (pl.col("lang") == "all")
+        )
         for row in nm_pooled.iter_rows(named=True):
-            ax.errorbar([row["sparsity"]], [row["mc_only_rate"]],
-                        yerr=[[row["mc_only_rate"] - row["mc_only_ci_low"]], [row["mc_only_ci_high"] - row["mc_only_rate"]]],
-                        marker="s", markerfacecolor="none", color="k", capsize=3,
-                        label=f"all pooled, {row['structure']}")
-        _label(ax, model, method, SPARSITY_LABEL, "MC-only rate (mc right, open wrong)", (-0.03, 1.03))
+            ax.errorbar(
+                [row["sparsity"]],
+                [row["mc_only_rate"]],
+                yerr=[
+                    [row["mc_only_rate"] - row["mc_only_ci_low"]],
+                    [row["mc_only_ci_high"] - row["mc_only_rate"]],
+                ],
+                marker="s",
+                markerfacecolor="none",
+                color="k",
+                capsize=3,
+                label=f"all pooled, {row['structure']}",
+            )
+        _label(
+            ax, model, method, SPARSITY_LABEL, "MC-only rate (mc right, open wrong)", (-0.03, 1.03)
+        )
         ax.legend(fontsize=7)
-    fig.suptitle("MC-only rate by language and sparsity (share of selected items recognised but not produced)",
-                 fontsize=12)
+    fig.suptitle(
+        "MC-only rate by language and sparsity (share of selected items recognised but not produced)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
@@ -180,28 +291,51 @@ def gold_rank_cdf(con, path: Path) -> None:
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     fig, _, panels = _method_panels(df, models, "no MC-only items at any sparsity")
     for ax, model, method, d in panels:
-        ckpts = d.filter(pl.col("method") == method).select("structure", "sparsity").unique().sort("structure", "sparsity")
+        ckpts = (
+            d.filter(pl.col("method") == method)
+            .select("structure", "sparsity")
+            .unique()
+            .sort("structure", "sparsity")
+        )
         cmap = plt.get_cmap("viridis")
         for i, (structure, sparsity) in enumerate(ckpts.iter_rows()):
             color = cmap(i / max(len(ckpts) - 1, 1) * 0.85)
             for series, style in (("pruned", "-"), ("dense", ":")):
-                s = d.filter((pl.col("method") == method) & (pl.col("structure") == structure)
-                             & (pl.col("sparsity") == sparsity) & (pl.col("series") == series)).sort("gold_rank")
+                s = d.filter(
+                    (pl.col("method") == method)
+                    & (pl.col("structure") == structure)
+                    & (pl.col("sparsity") == sparsity)
+                    & (pl.col("series") == series)
+                ).sort("gold_rank")
                 if s.height == 0:
                     continue
                 x = [1] + s["gold_rank"].to_list()
                 y = [0.0] + s["cdf"].to_list()
                 if x[1] == 1:
                     x, y = x[1:], y[1:]
-                label = (f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
-                         if series == "pruned" else f"{sparsity:g}{_label_unstructured(structure)} dense, same items")
-                ax.step(x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6)
+                label = (
+                    f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
+                    if series == "pruned"
+                    else f"{sparsity:g}{_label_unstructured(structure)} dense, same items"
+                )
+                ax.step(
+                    x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6
+                )
         ax.set_xscale("log")
-        _label(ax, model, method, "gold first-token rank (1 = most likely; log scale)",
-               "share of MC-only items with rank <= x", (0, 1.02), grid="both")
+        _label(
+            ax,
+            model,
+            method,
+            "gold first-token rank (1 = most likely; log scale)",
+            "share of MC-only items with rank <= x",
+            (0, 1.02),
+            grid="both",
+        )
         ax.legend(fontsize=7)
-    fig.suptitle("Gold first-token rank of MC-only items: pruned checkpoint (solid) vs dense model (dotted)",
-                 fontsize=12)
+    fig.suptitle(
+        "Gold first-token rank of MC-only items: pruned checkpoint (solid) vs dense model (dotted)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
@@ -217,48 +351,100 @@ def recovery_by_decode(con, path: Path) -> None:
         for i, decode in enumerate(decodes):
             s = m.filter((pl.col("decode") == decode) & (pl.col("structure") == "unstructured"))
             s = s.with_columns(pl.col("sparsity") + offsets[decode])
-            style = dict(color="k", linewidth=2.2, marker="D") if decode == "oracle" else dict(color=f"C{i}", marker="o")
+            style = (
+                dict(color="k", linewidth=2.2, marker="D")
+                if decode == "oracle"
+                else dict(color=f"C{i}", marker="o")
+            )
             if s.height:
-                _errorbar(ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style)
+                _errorbar(
+                    ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style
+                )
             if decode == "oracle" and s.height and s["false_recovery_rate"].is_not_null().any():
                 f = s.filter(pl.col("false_recovery_rate").is_not_null())
-                _errorbar(ax, f, "sparsity", "false_recovery_rate", "false_ci_low", "false_ci_high", color="0.5",
-                          linestyle="--", marker="x", label="any decode, judged against a distractor (false recovery)")
-        counts = m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
+                _errorbar(
+                    ax,
+                    f,
+                    "sparsity",
+                    "false_recovery_rate",
+                    "false_ci_low",
+                    "false_ci_high",
+                    color="0.5",
+                    linestyle="--",
+                    marker="x",
+                    label="any decode, judged against a distractor (false recovery)",
+                )
+        counts = (
+            m.filter(pl.col("decode") == decodes[0]).sort("structure", "sparsity") if decodes else m
+        )
         for row in counts.iter_rows(named=True):
-            ax.annotate(f"n={row['n_mc_only']}", (row["sparsity"], 1.0), textcoords="offset points", xytext=(0, 4),
-                        ha="center", fontsize=7, color="0.3")
+            ax.annotate(
+                f"n={row['n_mc_only']}",
+                (row["sparsity"], 1.0),
+                textcoords="offset points",
+                xytext=(0, 4),
+                ha="center",
+                fontsize=7,
+                color="0.3",
+            )
         _label(ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1))
     handles = {}
     for ax in axes.flat:
         for h, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, h)
     if handles:
-        fig.legend(list(handles.values()), list(handles.keys()), loc="upper center", bbox_to_anchor=(0.5, 0.0),
-                   ncol=min(len(handles), 6), fontsize=9, title="decode (error bars: 95% bootstrap intervals)")
-    fig.suptitle("Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
-                 fontsize=12)
+        fig.legend(
+            list(handles.values()),
+            list(handles.keys()),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(len(handles), 6),
+            fontsize=9,
+            title="decode (error bars: 95% bootstrap intervals)",
+        )
+    fig.suptitle(
+        "Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
 def oracle_vs_sparsity(con, path: Path) -> None:
     """Greedy vs oracle accuracy over every selected item, against sparsity (the seed paper's view)."""
-    df = con.sql("SELECT * FROM oracle WHERE dataset = 'all' AND decode IN ('greedy', 'oracle') "
-                 "AND structure IN ('none', 'unstructured')").pl()
-    complete = df.filter(pl.col("decode") == "oracle")["complete"].fill_null(False).any() if df.height else False
+    df = con.sql(
+        "SELECT * FROM oracle WHERE dataset = 'all' AND decode IN ('greedy', 'oracle') "
+        "AND structure IN ('none', 'unstructured')"
+    ).pl()
+    complete = (
+        df.filter(pl.col("decode") == "oracle")["complete"].fill_null(False).any()
+        if df.height
+        else False
+    )
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     empty = "no pruned checkpoint" if complete else "oracle needs evaluation.recovery.scope: all"
     fig, axes, panels = _method_panels(df if complete else df.clear(), models, empty)
     for ax, model, method, d in panels:
         rows = d.filter(pl.col("method").is_in(["dense", method]) & pl.col("complete"))
-        for decode, style in (("greedy", dict(color="tab:red", marker="o", label="greedy")),
-                              ("oracle", dict(color="k", marker="D", linewidth=2.2, label="oracle (any decode)"))):
-            _errorbar(ax, rows.filter(pl.col("decode") == decode), "sparsity", "accuracy", "ci_low", "ci_high", **style)
+        for decode, style in (
+            ("greedy", dict(color="tab:red", marker="o", label="greedy")),
+            ("oracle", dict(color="k", marker="D", linewidth=2.2, label="oracle (any decode)")),
+        ):
+            _errorbar(
+                ax,
+                rows.filter(pl.col("decode") == decode),
+                "sparsity",
+                "accuracy",
+                "ci_low",
+                "ci_high",
+                **style,
+            )
         n = int(rows["n_items"].max() or 0) if rows.height else 0
         _label(ax, model, method, SPARSITY_LABEL, "accuracy on all selected items", (-0.03, 1.03))
         ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
-    fig.suptitle("Greedy vs oracle accuracy over all selected items (95% bootstrap intervals; table: oracle)",
-                 fontsize=12)
+    fig.suptitle(
+        "Greedy vs oracle accuracy over all selected items (95% bootstrap intervals; table: oracle)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
@@ -272,7 +458,9 @@ def position_bias(con, path: Path) -> None:
     """Share of items whose chosen option sits at each position, per checkpoint, candidates and mc."""
     df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    fig, axes = _grid(len(models), 2, width=5.2, height=max(3.0, 0.32 * df["sparsity"].n_unique() * 4))
+    fig, axes = _grid(
+        len(models), 2, width=5.2, height=max(3.0, 0.32 * df["sparsity"].n_unique() * 4)
+    )
     for r, model in enumerate(models):
         for c, fmt in enumerate(("candidates", "mc")):
             ax = axes[r][c]
@@ -280,33 +468,58 @@ def position_bias(con, path: Path) -> None:
             if d.height == 0:
                 _empty(ax, f"no {fmt} rows")
                 continue
-            ckpts = d.select("method", "structure", "sparsity").unique().sort(
-                pl.col("method") != "dense", "method", "structure", "sparsity")
+            ckpts = (
+                d.select("method", "structure", "sparsity")
+                .unique()
+                .sort(pl.col("method") != "dense", "method", "structure", "sparsity")
+            )
             positions = sorted(set(d["position"].to_list()), key=lambda p: (p == "none", p))
             grid = [[0.0] * len(positions) for _ in range(ckpts.height)]
             for row in d.iter_rows(named=True):
-                i = next(k for k, ck in enumerate(ckpts.iter_rows(named=True))
-                         if (ck["method"], ck["structure"], ck["sparsity"]) ==
-                         (row["method"], row["structure"], row["sparsity"]))
+                i = next(
+                    k
+                    for k, ck in enumerate(ckpts.iter_rows(named=True))
+                    if (ck["method"], ck["structure"], ck["sparsity"])
+                    == (row["method"], row["structure"], row["sparsity"])
+                )
                 grid[i][positions.index(row["position"])] = row["share"]
             ax.imshow(grid, cmap="Blues", vmin=0, vmax=1, aspect="auto")
             for i, line in enumerate(grid):
                 for j, v in enumerate(line):
-                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                            color="white" if v > 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        f"{v:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        color="white" if v > 0.6 else "black",
+                    )
             ax.set_xticks(range(len(positions)), positions)
-            ax.set_yticks(range(ckpts.height), [_checkpoint_label(ck) for ck in ckpts.iter_rows(named=True)],
-                          fontsize=7)
+            ax.set_yticks(
+                range(ckpts.height),
+                [_checkpoint_label(ck) for ck in ckpts.iter_rows(named=True)],
+                fontsize=7,
+            )
             uniform = d.filter(pl.col("position") != "none")["uniform"].max()
-            ax.set_title(f"{model}: {FORMATS[fmt]}\n(uniform = {uniform:.2f}; n = {d['n_items'].max()} items)",
-                         fontsize=9)
-            ax.set_xlabel("option position chosen" + (" (none: no single option named)" if fmt == "candidates"
-                                                      else ""), fontsize=8)
-    fig.suptitle("Position bias: share of items whose chosen option sits at each position", fontsize=12)
+            ax.set_title(
+                f"{model}: {FORMATS[fmt]}\n(uniform = {uniform:.2f}; n = {d['n_items'].max()} items)",
+                fontsize=9,
+            )
+            ax.set_xlabel(
+                "option position chosen"
+                + (" (none: no single option named)" if fmt == "candidates" else ""),
+                fontsize=8,
+            )
+    fig.suptitle(
+        "Position bias: share of items whose chosen option sits at each position", fontsize=12
+    )
     _save(fig, path)
 
 
-def make_figures(db_path: str | Path, out_dir: str | Path, names: tuple[str, ...] = FIGURES) -> list[Path]:
+def make_figures(
+    db_path: str | Path, out_dir: str | Path, names: tuple[str, ...] = FIGURES
+) -> list[Path]:
     """Write the named figures (default: the metric figures; CONCEPT_FIGURES for the concept ones)
     into out_dir as {name}.png; return their paths."""
     con = connect(db_path)
@@ -342,8 +555,14 @@ def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str)
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [r[value] for r in rows], color=color, alpha=0.8)
     for v, r in zip(y, rows):  # the value at the bar's end, so a 0 reads as 0 and not as missing
-        ax.annotate(f"{r[value]:.3g}", (r[value], v), xytext=(2, -3), textcoords="offset points", fontsize=6,
-                    color="0.2")
+        ax.annotate(
+            f"{r[value]:.3g}",
+            (r[value], v),
+            xytext=(2, -3),
+            textcoords="offset points",
+            fontsize=6,
+            color="0.2",
+        )
     ax.set_yticks(y)
     ax.set_yticklabels([_concept_name(r) for r in rows], fontsize=7)
     ax.set_xlabel(xlabel)
@@ -365,31 +584,62 @@ def concept_coverage(con, path: Path) -> None:
             continue
         lo, hi = float(active["chi_bench"].min()), float(active["chi_bench"].max())
         bins = np.logspace(np.log10(lo) - 0.05, np.log10(hi) + 0.05, 40)
-        benchmarks = d.filter(pl.col("lang") != "all").select("dataset", "lang").unique().sort("dataset", "lang")
+        benchmarks = (
+            d.filter(pl.col("lang") != "all")
+            .select("dataset", "lang")
+            .unique()
+            .sort("dataset", "lang")
+        )
         for i, (dataset, lang) in enumerate(benchmarks.iter_rows()):
             b = d.filter((pl.col("dataset") == dataset) & (pl.col("lang") == lang))
             missing = int((b["n_active"] == 0).sum())
             vals = b.filter(pl.col("n_active") > 0)["chi_bench"].to_numpy()
-            ax.hist(vals[vals > 0], bins=bins, histtype="step", color=f"C{i % 10}", alpha=0.8,
-                    label=f"{dataset}/{lang} (missing: {missing})")
+            ax.hist(
+                vals[vals > 0],
+                bins=bins,
+                histtype="step",
+                color=f"C{i % 10}",
+                alpha=0.8,
+                label=f"{dataset}/{lang} (missing: {missing})",
+            )
         a = d.filter(pl.col("lang") == "all")
         vals = a.filter(pl.col("n_active") > 0)["chi_bench"].to_numpy()
-        ax.hist(vals[vals > 0], bins=bins, histtype="step", color="k", linewidth=2,
-                label=f"across benchmarks (missing: {int((a['n_active'] == 0).sum())})")
-        for col, style in (("under_threshold", "under-represented below"), ("over_threshold", "over-represented above")):
+        ax.hist(
+            vals[vals > 0],
+            bins=bins,
+            histtype="step",
+            color="k",
+            linewidth=2,
+            label=f"across benchmarks (missing: {int((a['n_active'] == 0).sum())})",
+        )
+        for col, style in (
+            ("under_threshold", "under-represented below"),
+            ("over_threshold", "over-represented above"),
+        ):
             t = a[col].drop_nulls()
             if len(t):
                 ax.axvline(float(t[0]), color="0.4", linestyle="--", linewidth=1)
-                ax.annotate(f"{style}\n{float(t[0]):.2f}", (float(t[0]), 1), xycoords=("data", "axes fraction"),
-                            xytext=(3, -22), textcoords="offset points", fontsize=7, color="0.3")
+                ax.annotate(
+                    f"{style}\n{float(t[0]):.2f}",
+                    (float(t[0]), 1),
+                    xycoords=("data", "axes fraction"),
+                    xytext=(3, -22),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="0.3",
+                )
         ax.set_xscale("log")
-        ax.set_xlabel("chi_bench (benchmark coverage of the concept; 1 = an average concept; log scale)")
+        ax.set_xlabel(
+            "chi_bench (benchmark coverage of the concept; 1 = an average concept; log scale)"
+        )
         ax.set_ylabel("concepts")
         ax.set_title(f"{model}: {len(a)} SAE concepts", fontsize=10)
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
-    fig.suptitle("How well the benchmarks cover each concept (chi_bench distribution over active concepts)",
-                 fontsize=12)
+    fig.suptitle(
+        "How well the benchmarks cover each concept (chi_bench distribution over active concepts)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
@@ -404,18 +654,44 @@ def concept_extremes(con, path: Path) -> None:
     for r, model in enumerate(models):
         b = bench.filter(pl.col("model") == model)
         m = model_df.filter(pl.col("model") == model)
-        _bars(axes[r][0], b.sort(["chi_bench", "concept"], descending=[True, False]).head(n), "chi_bench",
-              f"{model}: best covered", "chi_bench (across benchmarks)", "tab:green")
-        _bars(axes[r][1], b.sort(["chi_bench", "concept"]).head(n), "chi_bench",
-              f"{model}: least covered (active)", "chi_bench (across benchmarks)", "tab:red")
-        _bars(axes[r][2], m.sort(["chi_model", "concept"], descending=[True, False]).head(n), "chi_model",
-              f"{model}: dense model strongest", "chi_model (open, dense, pool items)", "tab:blue")
-        _bars(axes[r][3], m.sort(["chi_model", "concept"]).head(n), "chi_model",
-              f"{model}: dense model weakest (gaps)", "chi_model (open, dense, pool items)", "tab:orange")
+        _bars(
+            axes[r][0],
+            b.sort(["chi_bench", "concept"], descending=[True, False]).head(n),
+            "chi_bench",
+            f"{model}: best covered",
+            "chi_bench (across benchmarks)",
+            "tab:green",
+        )
+        _bars(
+            axes[r][1],
+            b.sort(["chi_bench", "concept"]).head(n),
+            "chi_bench",
+            f"{model}: least covered (active)",
+            "chi_bench (across benchmarks)",
+            "tab:red",
+        )
+        _bars(
+            axes[r][2],
+            m.sort(["chi_model", "concept"], descending=[True, False]).head(n),
+            "chi_model",
+            f"{model}: dense model strongest",
+            "chi_model (open, dense, pool items)",
+            "tab:blue",
+        )
+        _bars(
+            axes[r][3],
+            m.sort(["chi_model", "concept"]).head(n),
+            "chi_model",
+            f"{model}: dense model weakest (gaps)",
+            "chi_model (open, dense, pool items)",
+            "tab:orange",
+        )
         for ax in axes[r][2:]:
             ax.set_xlim(0, 1.12)  # room for the value printed after a bar at 1
-    fig.suptitle("Top and bottom concepts: benchmark coverage (chi_bench) and dense-model performance (chi_model)",
-                 fontsize=12)
+    fig.suptitle(
+        "Top and bottom concepts: benchmark coverage (chi_bench) and dense-model performance (chi_model)",
+        fontsize=12,
+    )
     _save(fig, path)
 
 
@@ -433,7 +709,9 @@ def _concept_damage_figure(con):
     each shown at the checkpoint where its excess is largest, most excess first. Bars: the open
     drop with its bootstrap interval (red) next to the mc drop (blue); the black tick is the drop
     the concept's languages predict. Panels without such a concept say so."""
-    fdr_q, ci_level = con.execute("SELECT fdr_q, ci_level FROM report_damage_criteria").fetchall()[0]
+    fdr_q, ci_level = con.execute("SELECT fdr_q, ci_level FROM report_damage_criteria").fetchall()[
+        0
+    ]
     best = con.sql("""SELECT * FROM report_damaged_concepts WHERE method_peak
                       ORDER BY excess_open DESC, q_open, sparsity, structure, concept""").pl()
     methods = con.sql("SELECT DISTINCT model, method FROM concept_damage").pl()
@@ -449,26 +727,67 @@ def _concept_damage_figure(con):
         rows = m.to_dicts()
         y = list(range(len(rows)))[::-1]
         drop = [r["drop_open"] for r in rows]
-        low = [r["drop_open"] if r["drop_open_ci_low"] is None else r["drop_open_ci_low"] for r in rows]
-        high = [r["drop_open"] if r["drop_open_ci_high"] is None else r["drop_open_ci_high"] for r in rows]
-        err = [[max(v - lo, 0) for v, lo in zip(drop, low)], [max(hi - v, 0) for v, hi in zip(drop, high)]]
-        ax.barh([v + 0.2 for v in y], drop, height=0.4, color="tab:red", xerr=err, capsize=2,
-                error_kw={"elinewidth": 0.8}, label="open")
-        ax.barh([v - 0.2 for v in y], [r["drop_mc"] or 0.0 for r in rows], height=0.4, color="tab:blue", label="mc")
-        ax.scatter([r["expected_drop_open"] for r in rows], [v + 0.2 for v in y], marker="|", s=120, color="k",
-                   zorder=3, label="its languages' drop")
+        low = [
+            r["drop_open"] if r["drop_open_ci_low"] is None else r["drop_open_ci_low"] for r in rows
+        ]
+        high = [
+            r["drop_open"] if r["drop_open_ci_high"] is None else r["drop_open_ci_high"]
+            for r in rows
+        ]
+        err = [
+            [max(v - lo, 0) for v, lo in zip(drop, low)],
+            [max(hi - v, 0) for v, hi in zip(drop, high)],
+        ]
+        ax.barh(
+            [v + 0.2 for v in y],
+            drop,
+            height=0.4,
+            color="tab:red",
+            xerr=err,
+            capsize=2,
+            error_kw={"elinewidth": 0.8},
+            label="open",
+        )
+        ax.barh(
+            [v - 0.2 for v in y],
+            [r["drop_mc"] or 0.0 for r in rows],
+            height=0.4,
+            color="tab:blue",
+            label="mc",
+        )
+        ax.scatter(
+            [r["expected_drop_open"] for r in rows],
+            [v + 0.2 for v in y],
+            marker="|",
+            s=120,
+            color="k",
+            zorder=3,
+            label="its languages' drop",
+        )
         ax.set_yticks(y)
-        ax.set_yticklabels([f"{_concept_name(r, 26)}  s{r['sparsity']:g}{_label_unstructured(r['structure'])} "
-                            f"q{r['q_open']:.2g}" for r in rows], fontsize=7)
+        ax.set_yticklabels(
+            [
+                f"{_concept_name(r, 26)}  s{r['sparsity']:g}{_label_unstructured(r['structure'])} "
+                f"q{r['q_open']:.2g}"
+                for r in rows
+            ],
+            fontsize=7,
+        )
         ax.set_xlim(min(0.0, float(m["drop_mc"].min() or 0)) - 0.02, 1.05)
         ax.set_xlabel("chi_model drop, dense - pruned (across benchmarks)")
         ax.grid(alpha=0.3, axis="x")
         ax.legend(fontsize=6, loc="best", framealpha=0.8)
     if best.height == 0:
-        fig.suptitle(f"Pruning damage by concept: {NO_SIGNIFICANT_DAMAGE}\n(open: BH q < {fdr_q:g} and a drop "
-                     "above its languages' drop)", fontsize=10)
+        fig.suptitle(
+            f"Pruning damage by concept: {NO_SIGNIFICANT_DAMAGE}\n(open: BH q < {fdr_q:g} and a drop "
+            "above its languages' drop)",
+            fontsize=10,
+        )
     else:
-        fig.suptitle(f"Concepts pruning damages beyond their languages (open: BH q < {fdr_q:g}, drop above its "
-                     f"languages' drop)\nopen drop with {ci_level:.0%} interval (red), mc drop (blue), "
-                     "| = the drop its languages predict", fontsize=10)
+        fig.suptitle(
+            f"Concepts pruning damages beyond their languages (open: BH q < {fdr_q:g}, drop above its "
+            f"languages' drop)\nopen drop with {ci_level:.0%} interval (red), mc drop (blue), "
+            "| = the drop its languages predict",
+            fontsize=10,
+        )
     return fig

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import glob
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 import polars as pl
 
@@ -56,7 +56,9 @@ def write_parquet(df: pl.DataFrame, path: str | os.PathLike) -> None:
 def write_json(obj, path: str | os.PathLike) -> None:
     """Write `obj` as indented, key-sorted JSON atomically."""
     with atomic_path(path, ".json") as tmp:
-        tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+        tmp.write_text(
+            json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+        )
 
 
 def parquet_list(paths: Iterable[str | os.PathLike]) -> str:

@@ -47,7 +47,14 @@ import polars as pl
 
 from benchmark_illusion.judge import contains_tokens, normalize, tokenize
 
-REASONS = ("empty_id", "duplicate_id", "empty_context", "empty_question", "empty_answer", "answer_not_in_passage")
+REASONS = (
+    "empty_id",
+    "duplicate_id",
+    "empty_context",
+    "empty_question",
+    "empty_answer",
+    "answer_not_in_passage",
+)
 DISTRACTOR_MODES = ("passage", "other_answers")
 DISTRACTOR_SOURCES = ("answer", "span", "other_passage")
 _MAX_EXAMPLES = 5
@@ -73,7 +80,9 @@ ITEM_SCHEMA = {
 # Validation
 
 
-def _clean_answers(answers: list | None, starts: list | None, lang: str) -> tuple[list[str], list[int]]:
+def _clean_answers(
+    answers: list | None, starts: list | None, lang: str
+) -> tuple[list[str], list[int]]:
     """Strip answers; drop blank, punctuation-only and repeated ones, keeping order.
 
     answer_starts stay aligned with the kept answers (shifted past stripped leading
@@ -137,7 +146,9 @@ def validate_rows(df: pl.DataFrame, extractive: bool) -> tuple[pl.DataFrame, dic
     seen_ids: set[str] = set()
     good: list[dict] = []
     for row in df.to_dicts():
-        answers, starts = _clean_answers(row.get("answers"), row.get("answer_starts"), row.get("lang") or "")
+        answers, starts = _clean_answers(
+            row.get("answers"), row.get("answer_starts"), row.get("lang") or ""
+        )
         reason = _bad_reason(row, answers, seen_ids, extractive)
         if row.get("id"):
             seen_ids.add(row["id"])
@@ -449,7 +460,10 @@ class _Passage:
         self.phrases = [p for p in self.phrases if p]
         self.sentence_starts = sentence_starts
         self.capitalised = {
-            text[a:b] for p in self.phrases for a, b in p if a not in sentence_starts and _kind(text[a:b]) == "upper"
+            text[a:b]
+            for p in self.phrases
+            for a, b in p
+            if a not in sentence_starts and _kind(text[a:b]) == "upper"
         }
         self.unit_counts = [[len(tokenize(text[a:b], lang)) for a, b in p] for p in self.phrases]
         self._spans: dict[tuple[int, int, int], tuple[str, tuple[str, ...], str | None, int]] = {}
@@ -477,20 +491,32 @@ class _Passage:
             while j < end and not text[j].isspace():
                 j += 1
             # A space between two characters of a script without spaces separates phrases.
-            if prev_end is not None and _own_token(text[i], lang) and _own_token(text[prev_end - 1], lang):
+            if (
+                prev_end is not None
+                and _own_token(text[i], lang)
+                and _own_token(text[prev_end - 1], lang)
+            ):
                 brk()
             if any(_own_token(ch, lang) for ch in text[i:j]):
                 run = None
                 for k in range(i, j):
                     ch = text[k]
                     if _is_punct(ch) and not (
-                        run is not None and k + 1 < j and text[k - 1].isdigit() and text[k + 1].isdigit()
+                        run is not None
+                        and k + 1 < j
+                        and text[k - 1].isdigit()
+                        and text[k + 1].isdigit()
                     ):
                         if run is not None:
                             phrase.append((run, k))
                             run = None
                         brk()
-                    elif unicodedata.category(ch).startswith("M") and run is None and phrase and phrase[-1][1] == k:
+                    elif (
+                        unicodedata.category(ch).startswith("M")
+                        and run is None
+                        and phrase
+                        and phrase[-1][1] == k
+                    ):
                         phrase[-1] = (phrase[-1][0], k + 1)
                     elif _own_token(ch, lang):
                         if run is not None:
@@ -506,7 +532,12 @@ class _Passage:
                 while a < b and _is_punct(text[a]):
                     a += 1
                 while b > a and _is_punct(text[b - 1]):
-                    if text[b - 1] == "." and b == j and _is_abbreviation(text, b - 1) and b - 1 > a:
+                    if (
+                        text[b - 1] == "."
+                        and b == j
+                        and _is_abbreviation(text, b - 1)
+                        and b - 1 > a
+                    ):
                         break
                     b -= 1
                 if a > i:
@@ -544,13 +575,15 @@ class _Passage:
         hit = self._spans.get(key)
         if hit is None:
             phrase = self.phrases[p]
-            text = self.text[phrase[i][0]:phrase[j][1]]
+            text = self.text[phrase[i][0] : phrase[j][1]]
             tokens = tuple(tokenize(text, self.lang))
             kind, weak = _kind(text), False
             if kind == "upper":
-                first = self.text[phrase[i][0]:phrase[i][1]]
-                last = self.text[phrase[j][0]:phrase[j][1]]
-                sentence_capital = phrase[i][0] in self.sentence_starts and first not in self.capitalised
+                first = self.text[phrase[i][0] : phrase[i][1]]
+                last = self.text[phrase[j][0] : phrase[j][1]]
+                sentence_capital = (
+                    phrase[i][0] in self.sentence_starts and first not in self.capitalised
+                )
                 weak = _kind(last) != "upper" or sentence_capital
             hit = self._spans[key] = (text, tokens, kind, weak)
         return hit
@@ -607,7 +640,9 @@ def _choose_passage_distractors(
     picked = _Picked(golds, apart)
     chosen, sources, consider = picked.texts, picked.sources, picked.consider
 
-    def ordered(lengths: list[int], hashes: np.ndarray, weak: list[bool] | None = None) -> np.ndarray:
+    def ordered(
+        lengths: list[int], hashes: np.ndarray, weak: list[bool] | None = None
+    ) -> np.ndarray:
         lengths_a = np.array(lengths, dtype=np.int64)
         keys = [_keyed_mix(hashes, key), lengths_a > n_gold, np.abs(lengths_a - n_gold)]
         if weak is not None:
@@ -624,10 +659,15 @@ def _choose_passage_distractors(
     if len(chosen) < n:
         if passage.answers is None:
             passage.answers = [
-                j for j, t in enumerate(pool.texts)
+                j
+                for j, t in enumerate(pool.texts)
                 if t in passage.text and contains_tokens(passage.tokens, list(pool.tokens[j]))
             ]
-        found = [j for j in passage.answers if pool.span_kinds[j] == kind and lo <= len(pool.tokens[j]) <= hi]
+        found = [
+            j
+            for j in passage.answers
+            if pool.span_kinds[j] == kind and lo <= len(pool.tokens[j]) <= hi
+        ]
         if found:
             idx = np.array(found)
             for k in ordered([len(pool.tokens[j]) for j in found], pool.hashes[idx]):
@@ -638,7 +678,9 @@ def _choose_passage_distractors(
         spans = passage.spans(lo, hi, kind)
         if spans:
             hashes = np.array([_stable_u64("answer", t) for t, _, _ in spans], dtype=np.uint64)
-            for k in ordered([len(toks) for _, toks, _ in spans], hashes, [weak for _, _, weak in spans]):
+            for k in ordered(
+                [len(toks) for _, toks, _ in spans], hashes, [weak for _, _, weak in spans]
+            ):
                 if len(chosen) == n:
                     break
                 consider(spans[k][0], spans[k][1], "span")
@@ -694,7 +736,9 @@ def build_items(
         golds = [tuple(tokenize(a, lang)) for a in row["answers"]]
         numeric = is_numeric(row["answers"][0], lang)
         # Sorted so the same-passage candidates do not depend on row order.
-        passage_texts = sorted({rows[j]["answers"][0] for j in by_passage[(lang, row["context"])] if j != i})
+        passage_texts = sorted(
+            {rows[j]["answers"][0] for j in by_passage[(lang, row["context"])] if j != i}
+        )
         if distractors == "passage":
             passage = passages.get((lang, row["context"]))
             if passage is None:
@@ -742,7 +786,8 @@ def build_items(
         "examples": {"too_few_distractors": dropped[:_MAX_EXAMPLES]},
         "n_items": len(built),
         "distractor_sources": {
-            src: sum(item["distractor_sources"].count(src) for item in built) for src in DISTRACTOR_SOURCES
+            src: sum(item["distractor_sources"].count(src) for item in built)
+            for src in DISTRACTOR_SOURCES
         },
         "n_items_distractors_in_passage": sum(item["distractors_in_passage"] for item in built),
     }

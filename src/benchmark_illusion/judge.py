@@ -169,7 +169,9 @@ _EN_ARTICLES = frozenset({"a", "an", "the"})
 _SPACE_LIKE = frozenset("\u200b\ufeff")
 # Invisible format characters that carry no text: direction marks and embeddings,
 # isolates, word joiner, soft hyphen. Removed without a trace.
-_INVISIBLE = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\u00ad")
+_INVISIBLE = frozenset(
+    "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\u00ad"
+)
 # Apostrophes split words (Turkish suffixes: "1850'den"); see the module docstring, rule 5.
 _APOSTROPHES = frozenset("'\u2018\u2019\u02bc")
 _MINUS = frozenset("-\u2212")
@@ -220,7 +222,12 @@ def _strip_greek_marks(text: str) -> str:
 
 def _starts_token(prev: str) -> bool:
     """Whether a character after `prev` ('' at the start) begins a token, for the minus rule."""
-    return not prev or prev.isspace() or prev in _SPACE_LIKE or unicodedata.category(prev) in ("Ps", "Pi")
+    return (
+        not prev
+        or prev.isspace()
+        or prev in _SPACE_LIKE
+        or unicodedata.category(prev) in ("Ps", "Pi")
+    )
 
 
 def normalize(text: str, lang: str) -> str:
@@ -409,7 +416,9 @@ class Judgement:
     judged: str = field(default="", compare=False)
 
 
-_EMPTY = Judgement(exact_match=False, f1=0.0, contains=False, echo=False, too_long=False, correct=False)
+_EMPTY = Judgement(
+    exact_match=False, f1=0.0, contains=False, echo=False, too_long=False, correct=False
+)
 
 
 def _question_echo(pred: list[str], contained: list[list[str]], question: list[str]) -> bool:
@@ -433,8 +442,15 @@ def _passage_copy(pred: list[str], passage: list[str], max_run: int) -> bool:
     return any(tuple(pred[i : i + n]) in grams for i in range(len(pred) - n + 1))
 
 
-def _scores(pred: list[str], gold_tokens: list[list[str]], lang: str, question: str, passage: str,
-            max_length_factor: float, max_length_slack: int) -> dict:
+def _scores(
+    pred: list[str],
+    gold_tokens: list[list[str]],
+    lang: str,
+    question: str,
+    passage: str,
+    max_length_factor: float,
+    max_length_slack: int,
+) -> dict:
     """exact_match, f1, the contained golds, too_long and echo of non-empty `pred`."""
     contained = [g for g in gold_tokens if contains_tokens(pred, g)]
     # Measure length against the gold actually given, so a long gold does not
@@ -478,7 +494,9 @@ def judge(
     gold_tokens = [toks for toks in (tokenize(g, lang) for g in golds) if toks]
     n_options = None if options is None else 0
     if not pred or not gold_tokens:
-        return Judgement(False, 0.0, False, False, False, False, options_named=n_options, judged=line)
+        return Judgement(
+            False, 0.0, False, False, False, False, options_named=n_options, judged=line
+        )
 
     s = _scores(pred, gold_tokens, lang, question, passage, max_length_factor, max_length_slack)
     contained = bool(s["contained"])
@@ -486,9 +504,13 @@ def judge(
     if options is not None:
         option_tokens = [tokenize(o, lang) for o in options]
         named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
-        named = [n and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
-                 for n, toks in zip(named, option_tokens)]
-        kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang))
+        named = [
+            n and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
+            for n, toks in zip(named, option_tokens)
+        ]
+        kept = _answered(
+            set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang)
+        )
         n_options = len(kept)
         hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
     repeat = not s["exact_match"] and any(_is_repeat(pred, g) for g in gold_tokens)
@@ -511,14 +533,23 @@ def judge(
 # capitals that look like Latin capitals (module docstring, `candidates` format).
 LABEL_LETTERS = LETTERS
 _LABEL_LOOKALIKES = {
-    "\u0391": "A", "\u0392": "B", "\u0395": "E", "\u0397": "H",  # Greek Α Β Ε Η
-    "\u0410": "A", "\u0412": "B", "\u0421": "C", "\u0415": "E", "\u041d": "H",  # Cyrillic А В С Е Н
+    "\u0391": "A",
+    "\u0392": "B",
+    "\u0395": "E",
+    "\u0397": "H",  # Greek Α Β Ε Η
+    "\u0410": "A",
+    "\u0412": "B",
+    "\u0421": "C",
+    "\u0415": "E",
+    "\u041d": "H",  # Cyrillic А В С Е Н
 }
 _L = "[A-Ha-h" + "".join(_LABEL_LOOKALIKES) + "]"
 _BARE_LABEL = re.compile(rf"^(?:\(({_L})\)|\[({_L})\]|({_L})[).:。、]?)[.:。、]?$")
 # After "." or ":" (or the CJK "。" "、") the text must not start with a Latin letter, so
 # "E.ON", "e.g. 1427" and "A.D. 1427" are not labels, while "A. 1427" and "Ａ．１４２７" are.
-_TEXT_LABEL = re.compile(rf"^(?:\(({_L})\)|\[({_L})\]|({_L})\)|({_L})[.:。、](?![A-Za-z]))\s*(.+)$", re.S)
+_TEXT_LABEL = re.compile(
+    rf"^(?:\(({_L})\)|\[({_L})\]|({_L})\)|({_L})[.:。、](?![A-Za-z]))\s*(.+)$", re.S
+)
 
 
 def option_label(line: str, n_options: int) -> tuple[int | None, str]:
@@ -575,22 +606,39 @@ def judge_candidates(
     pred_option = next(iter(named)) if len(named) == 1 else None
     gold_tokens = option_tokens[gold_option]
     if not pred or not gold_tokens:
-        return Judgement(False, 0.0, False, False, False, False, options_named=len(named),
-                         pred_option=pred_option, judged=judged)
+        return Judgement(
+            False,
+            0.0,
+            False,
+            False,
+            False,
+            False,
+            options_named=len(named),
+            pred_option=pred_option,
+            judged=judged,
+        )
 
     s = _scores(pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack)
     echo, too_long = (False, False) if bare else (s["echo"], s["too_long"])
     contained = bool(s["contained"])
     hedge = contained and any(k != gold_option for k in named)
-    repeat = not any(pred == t for t in option_tokens) and any(_is_repeat(pred, t) for t in option_tokens)
+    repeat = not any(pred == t for t in option_tokens) and any(
+        _is_repeat(pred, t) for t in option_tokens
+    )
     return Judgement(
         exact_match=s["exact_match"],
         f1=s["f1"],
         contains=contained,
         echo=echo,
         too_long=too_long,
-        correct=(pred_option == gold_option and contained and not echo and not too_long
-                 and not hedge and not repeat),
+        correct=(
+            pred_option == gold_option
+            and contained
+            and not echo
+            and not too_long
+            and not hedge
+            and not repeat
+        ),
         hedge=hedge,
         repeat=repeat,
         options_named=len(named),

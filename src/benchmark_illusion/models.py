@@ -59,14 +59,20 @@ def load_source(cfg: dict) -> Imported:
     dtype = DTYPES[cfg.get("dtype", "float32")]
     trust = bool(cfg.get("trust_remote_code", False))
     source = cfg["source"]
-    prov: dict = {"source": source, "dtype": cfg.get("dtype", "float32"), "trust_remote_code": trust}
+    prov: dict = {
+        "source": source,
+        "dtype": cfg.get("dtype", "float32"),
+        "trust_remote_code": trust,
+    }
     if source in ("gguf_package", "gguf_file"):
         path = resolve_gguf(cfg)
         prov.update(gguf_file=path.name, sha256=sha256_file(path))
         if source == "gguf_package":
             prov["package"] = cfg["package"]
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        gguf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        gguf_model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
         model = _plain_copy(gguf_model, dtype)
         del gguf_model
     elif source in ("hub", "local"):
@@ -106,8 +112,12 @@ def import_model(cfg: dict, out_dir: str | os.PathLike) -> dict:
     return prov
 
 
-def load_checkpoint(path: str | os.PathLike, dtype: str = "float32", device: str = "cpu",
-                    trust_remote_code: bool = False):
+def load_checkpoint(
+    path: str | os.PathLike,
+    dtype: str = "float32",
+    device: str = "cpu",
+    trust_remote_code: bool = False,
+):
     """Load a saved checkpoint folder (safetensors only) and its tokenizer; model in eval mode."""
     path = Path(path)
     if not (path / "config.json").is_file():

@@ -70,13 +70,21 @@ def prune(config: dict, model_name: str, method: str) -> dict:
 def metrics(config: dict) -> dict:
     """Bootstrap settings of the metric tables (a change re-runs only the aggregation)."""
     m = config["metrics"]
-    return {"seed": config["seed"], "bootstrap_replicates": m["bootstrap_replicates"], "ci_level": m["ci_level"]}
+    return {
+        "seed": config["seed"],
+        "bootstrap_replicates": m["bootstrap_replicates"],
+        "ci_level": m["ci_level"],
+    }
 
 
 def gaps(config: dict) -> dict:
     """Quantiles, minimum support, stability subsamples and damage tests of the gap tables; the
     damage tests' intervals use the metric tables' level (metrics.ci_level)."""
-    return {"seed": config["seed"], "ci_level": config["metrics"]["ci_level"], **config["concepts"]["gaps"]}
+    return {
+        "seed": config["seed"],
+        "ci_level": config["metrics"]["ci_level"],
+        **config["concepts"]["gaps"],
+    }
 
 
 def sae(config: dict, model_name: str) -> dict:
@@ -86,7 +94,11 @@ def sae(config: dict, model_name: str) -> dict:
     return {
         "seed": config["seed"],
         "prompt": config["prompt"],
-        "concepts": {"layer": c["layer"], "sae": _without(c["sae"], "languages"), "batch_size": c["batch_size"]},
+        "concepts": {
+            "layer": c["layer"],
+            "sae": _without(c["sae"], "languages"),
+            "batch_size": c["batch_size"],
+        },
         "pretrained": config["models"][model_name].get("sae"),
     }
 
@@ -100,4 +112,7 @@ def labels(config: dict) -> dict:
 def activations(config: dict) -> dict:
     """What decides the per-item activations: the prompt and which of its tokens count."""
     c = config["concepts"]
-    return {"prompt": config["prompt"], "concepts": {"tokens": c["tokens"], "batch_size": c["batch_size"]}}
+    return {
+        "prompt": config["prompt"],
+        "concepts": {"tokens": c["tokens"], "batch_size": c["batch_size"]},
+    }

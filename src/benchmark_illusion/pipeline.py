@@ -56,8 +56,15 @@ def download_dataset(cfg: dict, lang: str, out: str | Path) -> dict:
     return info
 
 
-def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | Path, seed: int,
-                     extractive: bool, dataset: str, distractors: str = "passage") -> dict:
+def build_items_file(
+    raw: str | Path,
+    out_items: str | Path,
+    out_report: str | Path,
+    seed: int,
+    extractive: bool,
+    dataset: str,
+    distractors: str = "passage",
+) -> dict:
     """Validate raw rows, build items (distractors, option order, exemplar), report bad rows.
 
     The report (JSON) has the validation counts per reason ('validation') and the item
@@ -71,12 +78,21 @@ def build_items_file(raw: str | Path, out_items: str | Path, out_report: str | P
     report = {"validation": report, "items": item_report, "dataset": dataset, "seed": seed}
     for reason, n in report["validation"].items():
         if reason not in ("n_input", "n_valid", "examples") and n:
-            log.warning("build_items %s: %d rows dropped: %s (e.g. %s)", raw, n, reason,
-                        report["validation"].get("examples", {}).get(reason, [])[:3])
+            log.warning(
+                "build_items %s: %d rows dropped: %s (e.g. %s)",
+                raw,
+                n,
+                reason,
+                report["validation"].get("examples", {}).get(reason, [])[:3],
+            )
     if item_report.get("too_few_distractors"):
-        log.warning("build_items %s: %d items dropped: too few distractors (items.distractors: %s; e.g. %s)", raw,
-                    item_report["too_few_distractors"], distractors,
-                    item_report["examples"]["too_few_distractors"][:3])
+        log.warning(
+            "build_items %s: %d items dropped: too few distractors (items.distractors: %s; e.g. %s)",
+            raw,
+            item_report["too_few_distractors"],
+            distractors,
+            item_report["examples"]["too_few_distractors"][:3],
+        )
     if items.height == 0:
         raise ValueError(f"{raw}: no usable items (report: {json.dumps(report, default=str)})")
     write_parquet(items, out_items)
@@ -95,8 +111,13 @@ def eval_settings(params: dict, recovery: bool = True):
     rec = RecoverySettings(**e["recovery"]) if recovery else RecoverySettings.only()
     return EvalSettings(
         recovery=rec,
-        prompt=PromptSettings(p["answer_prefix"], p["chat_template"], p["system_prompt"], p["candidates_style"],
-                              dict(p["template_kwargs"])),
+        prompt=PromptSettings(
+            p["answer_prefix"],
+            p["chat_template"],
+            p["system_prompt"],
+            p["candidates_style"],
+            dict(p["template_kwargs"]),
+        ),
         formats=tuple(e["formats"]),
         batch_size=e["batch_size"],
         max_new_tokens=e["max_new_tokens"],
@@ -115,14 +136,34 @@ def eval_config_hash(params: dict) -> str:
     pool and the selected items' evaluation therefore carry the same hash.
     """
     e = {k: v for k, v in params["evaluation"].items() if k != "recovery"}
-    return stable_hash({"prompt": params["prompt"], "evaluation": e, "judge": params["judge"], "seed": params["seed"]})
+    return stable_hash(
+        {
+            "prompt": params["prompt"],
+            "evaluation": e,
+            "judge": params["judge"],
+            "seed": params["seed"],
+        }
+    )
 
 
-def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Path, params: dict, *,
-                  model: str, method: str = "dense", structure: str = "none", sparsity: float = 0.0,
-                  dataset: str, lang: str, device: str = "auto", trust_remote_code: bool = False,
-                  limit: int | None = None, threads: int | None = None,
-                  exemplar_items: str | Path | None = None) -> pl.DataFrame:
+def evaluate_file(
+    checkpoint: str | Path,
+    items_path: str | Path,
+    out: str | Path,
+    params: dict,
+    *,
+    model: str,
+    method: str = "dense",
+    structure: str = "none",
+    sparsity: float = 0.0,
+    dataset: str,
+    lang: str,
+    device: str = "auto",
+    trust_remote_code: bool = False,
+    limit: int | None = None,
+    threads: int | None = None,
+    exemplar_items: str | Path | None = None,
+) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
     params: the rule's params (params.evaluation or params.pool_evaluation).
@@ -146,15 +187,22 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)
         return pl.DataFrame(schema=LOG_SCHEMA)
 
-
     if threads:
         torch.set_num_threads(threads)
     device = resolve_device(device)
     t0 = time.perf_counter()
     net, tok = load_checkpoint(checkpoint, params["evaluation"]["dtype"], device, trust_remote_code)
     log.info("loaded %s on %s in %.1fs", checkpoint, device, time.perf_counter() - t0)
-    meta = RunMeta(model=model, method=method, structure=structure, sparsity=sparsity, dataset=dataset,
-                   lang=lang, model_hash=checkpoint_hash(checkpoint), config_hash=eval_config_hash(params))
+    meta = RunMeta(
+        model=model,
+        method=method,
+        structure=structure,
+        sparsity=sparsity,
+        dataset=dataset,
+        lang=lang,
+        model_hash=checkpoint_hash(checkpoint),
+        config_hash=eval_config_hash(params),
+    )
     t0 = time.perf_counter()
     exemplars = None
     if settings.recovery.oneshot:
@@ -168,47 +216,86 @@ def evaluate_file(checkpoint: str | Path, items_path: str | Path, out: str | Pat
     floor = pl.when(is_recovery).then(recovery_floor(settings)).otherwise(settings.max_new_tokens)
     raised = df.filter(pl.col("max_new_tokens") > floor)
     if raised.height:
-        log.info("generation budget raised above the config for %d rows (%d items) so that the longest gold "
-                 "fits (evaluation.budget_margin %d): up to %d new tokens", raised.height,
-                 raised["item_id"].n_unique(), settings.budget_margin, raised["max_new_tokens"].max())
-    acc = (df.filter(pl.col("decode").is_in(["greedy", "loglik"])).group_by("format")
-           .agg(pl.col("correct").mean()).sort("format").to_dicts())
-    log.info("evaluated %d items in %.1fs (%.2f items/s); accuracy %s", items.height, dt,
-             items.height / max(dt, 1e-9), acc)
+        log.info(
+            "generation budget raised above the config for %d rows (%d items) so that the longest gold "
+            "fits (evaluation.budget_margin %d): up to %d new tokens",
+            raised.height,
+            raised["item_id"].n_unique(),
+            settings.budget_margin,
+            raised["max_new_tokens"].max(),
+        )
+    acc = (
+        df.filter(pl.col("decode").is_in(["greedy", "loglik"]))
+        .group_by("format")
+        .agg(pl.col("correct").mean())
+        .sort("format")
+        .to_dicts()
+    )
+    log.info(
+        "evaluated %d items in %.1fs (%.2f items/s); accuracy %s",
+        items.height,
+        dt,
+        items.height / max(dt, 1e-9),
+        acc,
+    )
     return df
 
 
-def select_items_file(pool: str | Path, items_path: str | Path, out: str | Path, cap: int, seed: int) -> dict:
+def select_items_file(
+    pool: str | Path, items_path: str | Path, out: str | Path, cap: int, seed: int
+) -> dict:
     """Keep the items the dense model answers correctly in both `open` and `mc`, capped (seeded)."""
     logs = pl.read_parquet(pool)
     items = pl.read_parquet(items_path)
     per_item = (
-        logs.filter(pl.col("format").is_in(["open", "mc"]) & pl.col("decode").is_in(["greedy", "loglik"]))
+        logs.filter(
+            pl.col("format").is_in(["open", "mc"]) & pl.col("decode").is_in(["greedy", "loglik"])
+        )
         .group_by("item_id")
-        .agg(pl.col("correct").filter(pl.col("format") == "open").first().alias("open"),
-             pl.col("correct").filter(pl.col("format") == "mc").first().alias("mc"))
+        .agg(
+            pl.col("correct").filter(pl.col("format") == "open").first().alias("open"),
+            pl.col("correct").filter(pl.col("format") == "mc").first().alias("mc"),
+        )
     )
     missing = {"open", "mc"} - set(logs["format"].unique().to_list())
     if missing:
-        raise ValueError(f"{pool}: selection needs the formats {sorted(missing)} in the dense evaluation "
-                         f"(evaluation.formats must include open and mc)")
+        raise ValueError(
+            f"{pool}: selection needs the formats {sorted(missing)} in the dense evaluation "
+            f"(evaluation.formats must include open and mc)"
+        )
     both = per_item.filter(pl.col("open") & pl.col("mc"))["item_id"].to_list()
     kept = seeded_order(both, seed)[:cap]
     selected = items.filter(pl.col("item_id").is_in(kept)).sort("item_id")
     write_parquet(selected, out)
-    info = {"pool": per_item.height, "open_correct": int(per_item["open"].sum()),
-            "mc_correct": int(per_item["mc"].sum()), "both": len(both), "kept": selected.height, "cap": cap}
+    info = {
+        "pool": per_item.height,
+        "open_correct": int(per_item["open"].sum()),
+        "mc_correct": int(per_item["mc"].sum()),
+        "both": len(both),
+        "kept": selected.height,
+        "cap": cap,
+    }
     log.info("select_items %s: %s", out, json.dumps(info))
     if selected.height == 0:
-        log.warning("select_items %s: no item is answered correctly by the dense model in both open and mc", out)
+        log.warning(
+            "select_items %s: no item is answered correctly by the dense model in both open and mc",
+            out,
+        )
     return info
 
 
 # ---------------------------------------------------------------- pruning
 
 
-def calibration_file(settings: dict, seed: int, tokenizer_dir: str | Path, out: str | Path, *, item_files=(),
-                     selected_files=()) -> dict:
+def calibration_file(
+    settings: dict,
+    seed: int,
+    tokenizer_dir: str | Path,
+    out: str | Path,
+    *,
+    item_files=(),
+    selected_files=(),
+) -> dict:
     """Cut the configured calibration windows and store them (safetensors, with metadata).
 
     settings: the rule's params (params.calibration: config `calibration` less its languages).
@@ -223,11 +310,22 @@ def calibration_file(settings: dict, seed: int, tokenizer_dir: str | Path, out: 
         docs = cal.c4_documents(c, max_docs=max(256, c["n_windows"] * c["seq_len"] // 100))
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
     windows = cal.make_windows(docs, tok, c["n_windows"], c["seq_len"], seed)
-    meta = {"source": c["source"], "documents": str(len(docs)), "n_windows": str(c["n_windows"]),
-            "seq_len": str(c["seq_len"]), "seed": str(seed)}
+    meta = {
+        "source": c["source"],
+        "documents": str(len(docs)),
+        "n_windows": str(c["n_windows"]),
+        "seq_len": str(c["seq_len"]),
+        "seed": str(seed),
+    }
     with atomic_path(out, ".safetensors") as tmp:
         save_file({"input_ids": windows}, str(tmp), metadata=meta)
-    log.info("calibration %s: %d windows x %d tokens from %d documents (%s)", out, *windows.shape, len(docs), c["source"])
+    log.info(
+        "calibration %s: %d windows x %d tokens from %d documents (%s)",
+        out,
+        *windows.shape,
+        len(docs),
+        c["source"],
+    )
     return meta
 
 
@@ -239,13 +337,28 @@ def prune_settings(params: dict, method: str, structure: str, sparsity: float):
     if method != "magnitude":
         kwargs["batch_size"] = params["batch_size"]
     if method == "sparsegpt":
-        kwargs.update(blocksize=params["sparsegpt"]["blocksize"], percdamp=params["sparsegpt"]["percdamp"])
-    return PruneSettings(method=method, sparsity=sparsity, structure=parse_structure(structure), **kwargs)
+        kwargs.update(
+            blocksize=params["sparsegpt"]["blocksize"], percdamp=params["sparsegpt"]["percdamp"]
+        )
+    return PruneSettings(
+        method=method, sparsity=sparsity, structure=parse_structure(structure), **kwargs
+    )
 
 
-def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str | Path, params: dict, *,
-               model: str, method: str, structure: str, sparsity: float, device: str = "auto",
-               trust_remote_code: bool = False, threads: int | None = None) -> dict:
+def prune_file(
+    model_dir: str | Path,
+    calibration: str | Path | None,
+    out: str | Path,
+    params: dict,
+    *,
+    model: str,
+    method: str,
+    structure: str,
+    sparsity: float,
+    device: str = "auto",
+    trust_remote_code: bool = False,
+    threads: int | None = None,
+) -> dict:
     """Prune the dense checkpoint and write checkpoint + sparsity.json (atomically, after checks).
 
     params: the rule's params (params.prune). device, trust_remote_code: where and how the
@@ -254,7 +367,9 @@ def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str |
     settings = prune_settings(params, method, structure, sparsity)  # fails before any work
     if threads:
         torch.set_num_threads(threads)
-    net, tok = load_checkpoint(model_dir, params["dtype"], resolve_device(device), trust_remote_code)
+    net, tok = load_checkpoint(
+        model_dir, params["dtype"], resolve_device(device), trust_remote_code
+    )
     windows = load_file(str(calibration))["input_ids"] if calibration else None
     report = prune_model(net, windows, settings)
     report["model"] = model
@@ -266,9 +381,21 @@ def prune_file(model_dir: str | Path, calibration: str | Path | None, out: str |
         tok.save_pretrained(tmp)
         write_json(report, Path(tmp) / "sparsity.json")
         prov = json.loads((Path(model_dir) / "provenance.json").read_text())
-        prov.update(pruned_from=str(model_dir), pruning={k: report[k] for k in ("method", "structure", "target_sparsity")},
-                    weights_sha256={w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))})
+        prov.update(
+            pruned_from=str(model_dir),
+            pruning={k: report[k] for k in ("method", "structure", "target_sparsity")},
+            weights_sha256={
+                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
+            },
+        )
         write_json(prov, Path(tmp) / "provenance.json")
-    log.info("pruned %s %s %s %g: measured sparsity %.5f in %.1fs", model, method, structure, sparsity,
-             report["measured_sparsity"], report["seconds"])
+    log.info(
+        "pruned %s %s %s %g: measured sparsity %.5f in %.1fs",
+        model,
+        method,
+        structure,
+        sparsity,
+        report["measured_sparsity"],
+        report["seconds"],
+    )
     return report

@@ -21,12 +21,8 @@ from dataclasses import dataclass, field
 
 LETTERS = "ABCDEFGH"
 
-OPEN_INSTRUCTION = (
-    "Read the passage and answer the question with the shortest span of words copied from the passage."
-)
-CANDIDATES_INSTRUCTION = (
-    "Read the passage and answer the question. Choose one of the options and reply with the option's text only."
-)
+OPEN_INSTRUCTION = "Read the passage and answer the question with the shortest span of words copied from the passage."
+CANDIDATES_INSTRUCTION = "Read the passage and answer the question. Choose one of the options and reply with the option's text only."
 CANDIDATES_STYLES = ("letters", "bullets")
 
 
@@ -52,13 +48,18 @@ class PromptSettings:
 
     def __post_init__(self):
         if self.candidates_style not in CANDIDATES_STYLES:
-            raise ValueError(f"prompt.candidates_style must be one of {CANDIDATES_STYLES}, "
-                             f"not {self.candidates_style!r}")
+            raise ValueError(
+                f"prompt.candidates_style must be one of {CANDIDATES_STYLES}, "
+                f"not {self.candidates_style!r}"
+            )
 
     def chat_template_kwargs(self, tokenizer) -> dict:
         """template_kwargs, with enable_thinking=False added when the template reads it and it is unset."""
         kwargs = dict(self.template_kwargs)
-        if "enable_thinking" in (getattr(tokenizer, "chat_template", None) or "") and "enable_thinking" not in kwargs:
+        if (
+            "enable_thinking" in (getattr(tokenizer, "chat_template", None) or "")
+            and "enable_thinking" not in kwargs
+        ):
             kwargs["enable_thinking"] = False
         return kwargs
 
@@ -112,16 +113,25 @@ def render(tokenizer, settings: PromptSettings, turns: list[tuple[str, str]], us
         if settings.system_prompt is not None:
             messages.append({"role": "system", "content": settings.system_prompt})
         for u, a in turns:
-            messages += [{"role": "user", "content": u}, {"role": "assistant", "content": f"{prefix}{sep}{a}"}]
+            messages += [
+                {"role": "user", "content": u},
+                {"role": "assistant", "content": f"{prefix}{sep}{a}"},
+            ]
         messages.append({"role": "user", "content": user})
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                             **settings.chat_template_kwargs(tokenizer))
+        text = tokenizer.apply_chat_template(
+            messages,
+            tokenize=False,
+            add_generation_prompt=True,
+            **settings.chat_template_kwargs(tokenizer),
+        )
         return text + prefix
     head = "".join(f"{u}\n\n{prefix}{sep}{a}\n\n" for u, a in turns)
     return f"{head}{user}\n\n{prefix}"
 
 
-def build_prompt(tokenizer, settings: PromptSettings, item: dict, fmt: str, exemplar: dict | None = None) -> str:
+def build_prompt(
+    tokenizer, settings: PromptSettings, item: dict, fmt: str, exemplar: dict | None = None
+) -> str:
     """Prompt text for `item` in format `fmt` ('open', 'candidates', 'mc', 'oneshot')."""
     if fmt == "oneshot":
         if exemplar is None:

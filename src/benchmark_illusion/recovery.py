@@ -21,6 +21,7 @@ tokenizer). Every row logs its budget in `max_new_tokens`.
 from __future__ import annotations
 
 import time
+
 import torch
 from tqdm import tqdm
 
@@ -32,8 +33,16 @@ from .settings import RecoverySettings
 __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
 
 
-def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule, base: dict,
-                  exemplars: dict[str, dict], progress: bool) -> list[dict]:
+def recovery_rows(
+    model,
+    toks,
+    rows: list[dict],
+    settings,
+    stop: engine.StopRule,
+    base: dict,
+    exemplars: dict[str, dict],
+    progress: bool,
+) -> list[dict]:
     """Log rows of every enabled recovery decode on `rows` (already restricted to the scope)."""
     rec: RecoverySettings = settings.recovery
     floor = recovery_floor(settings)
@@ -47,37 +56,85 @@ def recovery_rows(model, toks, rows: list[dict], settings, stop: engine.StopRule
         common = dict(pad_token_id=toks.pad_id, eos_token_id=stop_ids or None)
         passes = []
         if rec.beam:
-            passes.append(("beam", dict(do_sample=False, num_beams=rec.num_beams,
-                                        num_return_sequences=rec.num_beams, early_stopping=True)))
+            passes.append(
+                (
+                    "beam",
+                    dict(
+                        do_sample=False,
+                        num_beams=rec.num_beams,
+                        num_return_sequences=rec.num_beams,
+                        early_stopping=True,
+                    ),
+                )
+            )
         if rec.sample:
-            passes.append(("sample", dict(do_sample=True, top_p=rec.top_p, temperature=rec.temperature, top_k=0,
-                                          num_return_sequences=rec.num_samples)))
+            passes.append(
+                (
+                    "sample",
+                    dict(
+                        do_sample=True,
+                        top_p=rec.top_p,
+                        temperature=rec.temperature,
+                        top_k=0,
+                        num_return_sequences=rec.num_samples,
+                    ),
+                )
+            )
         for decode, kwargs in passes:
-            bar = tqdm(total=len(rows), desc=f"{decode} {base['dataset']}/{base['lang']}", disable=not progress)
+            bar = tqdm(
+                total=len(rows),
+                desc=f"{decode} {base['dataset']}/{base['lang']}",
+                disable=not progress,
+            )
             for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
                 if decode == "sample":
                     # Seeded per batch: batches are fixed by length sorting, so reruns draw the same.
                     torch.manual_seed(settings.seed * 1_000_003 + n_batch)
                 t0 = time.perf_counter()
-                seqs = _generate(model, [ids[i] for i in batch], toks.pad_id,
-                                 {**common, **kwargs, "max_new_tokens": budget[batch[0]]})
+                seqs = _generate(
+                    model,
+                    [ids[i] for i in batch],
+                    toks.pad_id,
+                    {**common, **kwargs, "max_new_tokens": budget[batch[0]]},
+                )
                 k = kwargs["num_return_sequences"]
                 dt = (time.perf_counter() - t0) / (len(batch) * k)
                 for b, i in enumerate(batch):
                     for j in range(k):
                         gen = seqs[b * k + j]
                         text = toks.tok.decode(gen, skip_special_tokens=True)
-                        out.append(dict(
-                            base, item_id=rows[i]["item_id"], format="open", decode=decode, sample=j,
-                            prompt_id=prompt_id(texts[i]), output=text, **judge_row(text, rows[i], settings),
-                            gold_option=rows[i]["gold_option"], n_prompt_tokens=len(ids[i]),
-                            n_output_tokens=len(gen), max_new_tokens=budget[i], seconds=dt,
-                        ))
+                        out.append(
+                            dict(
+                                base,
+                                item_id=rows[i]["item_id"],
+                                format="open",
+                                decode=decode,
+                                sample=j,
+                                prompt_id=prompt_id(texts[i]),
+                                output=text,
+                                **judge_row(text, rows[i], settings),
+                                gold_option=rows[i]["gold_option"],
+                                n_prompt_tokens=len(ids[i]),
+                                n_output_tokens=len(gen),
+                                max_new_tokens=budget[i],
+                                seconds=dt,
+                            )
+                        )
                 bar.update(len(batch))
             bar.close()
     if rec.oneshot:
-        out += greedy_format(model, toks, rows, settings, stop, base, progress, "oneshot", exemplars,
-                              max_new_tokens=floor)
+        out += greedy_format(
+            model,
+            toks,
+            rows,
+            settings,
+            stop,
+            base,
+            progress,
+            "oneshot",
+            exemplars,
+            max_new_tokens=floor,
+        )
     return out
 
 
@@ -92,7 +149,7 @@ def _generate(model, seqs: list[list[int]], pad_id: int, kwargs: dict) -> list[l
     device = next(model.parameters()).device
     ids, mask = engine.left_pad(seqs, pad_id, device)
     out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-    new = out[:, ids.shape[1]:].tolist()
+    new = out[:, ids.shape[1] :].tolist()
     stops = kwargs.get("eos_token_id") or []
     result = []
     for row in new:

@@ -37,7 +37,9 @@ class ResidualReader:
         self.layer, self.where = parse_hook(hook)
         layers = decoder_layers(model)
         if self.layer >= len(layers):
-            raise SAEError(f"hook {hook!r}: the model has {len(layers)} decoder layers (0..{len(layers) - 1})")
+            raise SAEError(
+                f"hook {hook!r}: the model has {len(layers)} decoder layers (0..{len(layers) - 1})"
+            )
         self.model, self.block = model, layers[self.layer]
 
     @torch.inference_mode()
@@ -50,8 +52,11 @@ class ResidualReader:
         def pre(_module, args, kwargs):
             raise _Stop(args[0] if args else kwargs["hidden_states"])
 
-        handle = (self.block.register_forward_hook(post) if self.where == "post"
-                  else self.block.register_forward_pre_hook(pre, with_kwargs=True))
+        handle = (
+            self.block.register_forward_hook(post)
+            if self.where == "post"
+            else self.block.register_forward_pre_hook(pre, with_kwargs=True)
+        )
         try:
             self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
         except _Stop as s:
@@ -64,7 +69,7 @@ class ResidualReader:
 def batches(seqs: list[list[int]], batch_size: int, pad_id: int, device="cpu"):
     """(index range, input_ids, attention_mask) of right-padded batches, in order."""
     for start in range(0, len(seqs), batch_size):
-        chunk = seqs[start:start + batch_size]
+        chunk = seqs[start : start + batch_size]
         ids, mask = pad_batch(chunk, pad_id, device, side="right")
         yield range(start, start + len(chunk)), ids, mask
 
@@ -76,34 +81,50 @@ class Activations:
     acts: torch.Tensor
     seq: torch.Tensor  # [n] sequence index
     pos: torch.Tensor  # [n] position in the sequence
-    n_excluded: int    # positions left out for their norm
+    n_excluded: int  # positions left out for their norm
 
-    def select(self, seq_indices: list[int], norm_threshold: float = math.inf) -> "Activations":
+    def select(self, seq_indices: list[int], norm_threshold: float = math.inf) -> Activations:
         """The positions of these sequences (renumbered 0.. in the given order) up to the norm
         threshold: what read_activations would return for them."""
-        lookup = torch.full((int(self.seq.max()) + 1 if len(self.seq) else 1,), -1, dtype=torch.long)
+        lookup = torch.full(
+            (int(self.seq.max()) + 1 if len(self.seq) else 1,), -1, dtype=torch.long
+        )
         lookup[torch.tensor(seq_indices, dtype=torch.long)] = torch.arange(len(seq_indices))
         new = lookup[self.seq]
         wanted = new >= 0
         big = self.acts.norm(dim=-1) > norm_threshold
         keep = (wanted & ~big).nonzero(as_tuple=True)[0]
-        keep = keep[torch.argsort(new[keep] * (int(self.pos.max()) + 1) + self.pos[keep], stable=True)]
+        keep = keep[
+            torch.argsort(new[keep] * (int(self.pos.max()) + 1) + self.pos[keep], stable=True)
+        ]
         return Activations(self.acts[keep], new[keep], self.pos[keep], int((wanted & big).sum()))
 
 
-def read_activations(reader: ResidualReader, seqs: list[list[int]], *, batch_size: int, pad_id: int,
-                     norm_threshold: float = math.inf, device="cpu", progress: str | None = None,
-                     keep: list[list[bool]] | None = None) -> Activations:
+def read_activations(
+    reader: ResidualReader,
+    seqs: list[list[int]],
+    *,
+    batch_size: int,
+    pad_id: int,
+    norm_threshold: float = math.inf,
+    device="cpu",
+    progress: str | None = None,
+    keep: list[list[bool]] | None = None,
+) -> Activations:
     """Activations of every position of `seqs` (optionally only where `keep` is true), minus
     positions whose norm exceeds norm_threshold."""
     acts, seq_idx, pos_idx, excluded = [], [], [], 0
-    for rng, ids, mask in tqdm(list(batches(seqs, batch_size, pad_id, device)), desc=progress,
-                               disable=progress is None, mininterval=5):
+    for rng, ids, mask in tqdm(
+        list(batches(seqs, batch_size, pad_id, device)),
+        desc=progress,
+        disable=progress is None,
+        mininterval=5,
+    ):
         h = reader(ids, mask).cpu()
         sel = mask.cpu().bool()
         if keep is not None:
             for i, j in enumerate(rng):
-                sel[i, :len(keep[j])] &= torch.tensor(keep[j], dtype=torch.bool)
+                sel[i, : len(keep[j])] &= torch.tensor(keep[j], dtype=torch.bool)
         big = h.norm(dim=-1) > norm_threshold
         excluded += int((sel & big).sum())
         sel &= ~big
@@ -113,12 +134,21 @@ def read_activations(reader: ResidualReader, seqs: list[list[int]], *, batch_siz
         pos_idx.append(p)
     d = reader.model.config.hidden_size
     if not acts:
-        return Activations(torch.zeros(0, d), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), 0)
+        return Activations(
+            torch.zeros(0, d), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), 0
+        )
     return Activations(torch.cat(acts), torch.cat(seq_idx), torch.cat(pos_idx), excluded)
 
 
-def median_norm_threshold(reader: ResidualReader, seqs: list[list[int]], factor: float, *, batch_size: int,
-                          pad_id: int, device="cpu") -> float:
+def median_norm_threshold(
+    reader: ResidualReader,
+    seqs: list[list[int]],
+    factor: float,
+    *,
+    batch_size: int,
+    pad_id: int,
+    device="cpu",
+) -> float:
     """factor x the median norm over every position of `seqs` (a reference sample)."""
     a = read_activations(reader, seqs, batch_size=batch_size, pad_id=pad_id, device=device)
     return norm_threshold(a, factor, len(seqs))

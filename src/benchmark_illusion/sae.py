@@ -51,8 +51,10 @@ def parse_hook(name: str) -> tuple[int, str]:
     """'blocks.15.hook_resid_post' -> (15, 'post')."""
     m = HOOK_RE.match(name or "")
     if not m:
-        raise SAEError(f"unsupported SAE hook {name!r}: only residual-stream hooks "
-                       "blocks.<L>.hook_resid_pre / blocks.<L>.hook_resid_post are supported")
+        raise SAEError(
+            f"unsupported SAE hook {name!r}: only residual-stream hooks "
+            "blocks.<L>.hook_resid_pre / blocks.<L>.hook_resid_post are supported"
+        )
     return int(m.group(1)), m.group(2)
 
 
@@ -74,14 +76,26 @@ class SparseAutoencoder(nn.Module):
     (standard); decode(a) = a @ W_dec + b_dec.
     """
 
-    def __init__(self, d_in: int, d_sae: int, *, architecture: str = "topk", k: int | None = None,
-                 apply_b_dec_to_input: bool = True, normalize_activations: str = "none",
-                 metadata: dict | None = None):
+    def __init__(
+        self,
+        d_in: int,
+        d_sae: int,
+        *,
+        architecture: str = "topk",
+        k: int | None = None,
+        apply_b_dec_to_input: bool = True,
+        normalize_activations: str = "none",
+        metadata: dict | None = None,
+    ):
         super().__init__()
         if architecture not in NATIVE:
-            raise UnsupportedSAE(f"architecture {architecture!r} is not implemented here (only {', '.join(NATIVE)})")
+            raise UnsupportedSAE(
+                f"architecture {architecture!r} is not implemented here (only {', '.join(NATIVE)})"
+            )
         if normalize_activations not in NATIVE_NORMALIZATION:
-            raise UnsupportedSAE(f"normalize_activations {normalize_activations!r} is not implemented here")
+            raise UnsupportedSAE(
+                f"normalize_activations {normalize_activations!r} is not implemented here"
+            )
         if architecture == "topk" and not (k and 0 < k <= d_sae):
             raise SAEError(f"a topk SAE needs 0 < k <= d_sae, got k={k}, d_sae={d_sae}")
         self.d_in, self.d_sae, self.k = d_in, d_sae, k
@@ -108,7 +122,7 @@ class SparseAutoencoder(nn.Module):
     def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.W_enc.dtype)
         if self.normalize_activations == "constant_norm_rescale":
-            x = x * (self.d_in ** 0.5) / x.norm(dim=-1, keepdim=True)
+            x = x * (self.d_in**0.5) / x.norm(dim=-1, keepdim=True)
         if self.apply_b_dec_to_input:
             x = x - self.b_dec
         return x @ self.W_enc + self.b_enc
@@ -126,13 +140,15 @@ class SparseAutoencoder(nn.Module):
     def decode(self, acts: torch.Tensor) -> torch.Tensor:
         out = acts @ self.W_dec + self.b_dec
         if self.normalize_activations == "constant_norm_rescale":
-            raise SAEError("decode of a constant_norm_rescale SAE needs the input norm; use reconstruct(x)")
+            raise SAEError(
+                "decode of a constant_norm_rescale SAE needs the input norm; use reconstruct(x)"
+            )
         return out
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         out = self.encode(x) @ self.W_dec + self.b_dec
         if self.normalize_activations == "constant_norm_rescale":
-            out = out * x.norm(dim=-1, keepdim=True) / (self.d_in ** 0.5)
+            out = out * x.norm(dim=-1, keepdim=True) / (self.d_in**0.5)
         return out
 
     def config_dict(self) -> dict:
@@ -141,10 +157,17 @@ class SparseAutoencoder(nn.Module):
         metadata.sae_lens_version names the on-disk format (SAELens 6): without it SAELens reads
         the file as a pre-6 config and drops the metadata (hook name included).
         """
-        cfg = {"architecture": self.architecture, "d_in": self.d_in, "d_sae": self.d_sae,
-               "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": self.apply_b_dec_to_input,
-               "normalize_activations": self.normalize_activations, "reshape_activations": "none",
-               "metadata": {"sae_lens_version": SAELENS_FORMAT, **self.metadata}}
+        cfg = {
+            "architecture": self.architecture,
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "dtype": "float32",
+            "device": "cpu",
+            "apply_b_dec_to_input": self.apply_b_dec_to_input,
+            "normalize_activations": self.normalize_activations,
+            "reshape_activations": "none",
+            "metadata": {"sae_lens_version": SAELENS_FORMAT, **self.metadata},
+        }
         if self.architecture == "topk":
             cfg.update(k=self.k, rescale_acts_by_decoder_norm=False)
         return cfg
@@ -171,9 +194,14 @@ def load_sae(path: str | Path) -> SparseAutoencoder:
     if cfg.get("rescale_acts_by_decoder_norm"):
         raise UnsupportedSAE(f"{path}: rescale_acts_by_decoder_norm SAEs are not implemented here")
     if cfg.get("reshape_activations", "none") != "none":
-        raise SAEError(f"{path}: reshape_activations {cfg['reshape_activations']!r} is not a residual-stream SAE")
+        raise SAEError(
+            f"{path}: reshape_activations {cfg['reshape_activations']!r} is not a residual-stream SAE"
+        )
     sae = SparseAutoencoder(
-        int(cfg["d_in"]), int(cfg["d_sae"]), architecture=arch, k=cfg.get("k"),
+        int(cfg["d_in"]),
+        int(cfg["d_sae"]),
+        architecture=arch,
+        k=cfg.get("k"),
         apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
         normalize_activations=cfg.get("normalize_activations") or "none",
         metadata=cfg.get("metadata") or {},

@@ -50,9 +50,12 @@ class TrainSettings:
     seed: int = 1234
 
     @classmethod
-    def from_config(cls, sae: dict, seed: int) -> "TrainSettings":
+    def from_config(cls, sae: dict, seed: int) -> TrainSettings:
         """From config `concepts.sae` (schema-validated: every key present) and the run's seed."""
-        return cls(**{name: sae[name] for name in cls.__dataclass_fields__ if name != "seed"}, seed=int(seed))
+        return cls(
+            **{name: sae[name] for name in cls.__dataclass_fields__ if name != "seed"},
+            seed=int(seed),
+        )
 
 
 class ActivationStream:
@@ -61,7 +64,9 @@ class ActivationStream:
     read(seq_indices) -> Activations for those sequences (positions already filtered).
     """
 
-    def __init__(self, read, seq_indices: list[int], seq_tokens: list[int], buffer_tokens: int, seed: int):
+    def __init__(
+        self, read, seq_indices: list[int], seq_tokens: list[int], buffer_tokens: int, seed: int
+    ):
         self.read, self.seq_indices, self.seed = read, list(seq_indices), seed
         self.tokens = dict(zip(seq_indices, seq_tokens))
         self.buffer_tokens = buffer_tokens
@@ -75,7 +80,9 @@ class ActivationStream:
         if self.cached is not None:
             yield self.cached[torch.randperm(len(self.cached), generator=g)]
             return
-        order = [self.seq_indices[i] for i in torch.randperm(len(self.seq_indices), generator=g).tolist()]
+        order = [
+            self.seq_indices[i] for i in torch.randperm(len(self.seq_indices), generator=g).tolist()
+        ]
         chunk, size = [], 0
         for s in order:
             chunk.append(s)
@@ -89,8 +96,13 @@ class ActivationStream:
             yield acts[torch.randperm(len(acts), generator=g)]
 
 
-def train_topk(stream: ActivationStream, d_in: int, s: TrainSettings, metadata: dict | None = None,
-               progress: bool = True) -> tuple[SparseAutoencoder, list[dict]]:
+def train_topk(
+    stream: ActivationStream,
+    d_in: int,
+    s: TrainSettings,
+    metadata: dict | None = None,
+    progress: bool = True,
+) -> tuple[SparseAutoencoder, list[dict]]:
     """Train a TopK SAE on the stream; returns it (scale folded into the weights) and a loss log.
 
     Inputs are scaled by one constant so the mean squared norm per dimension is 1; the scale is
@@ -106,12 +118,16 @@ def train_topk(stream: ActivationStream, d_in: int, s: TrainSettings, metadata: 
     steps_per_epoch = None
     for epoch in range(s.epochs):
         total, err_sum, var_sum, n_steps = 0, 0.0, 0.0, 0
-        bar = tqdm(total=steps_per_epoch, desc=f"SAE epoch {epoch + 1}/{s.epochs}", disable=not progress,
-                   mininterval=5)
+        bar = tqdm(
+            total=steps_per_epoch,
+            desc=f"SAE epoch {epoch + 1}/{s.epochs}",
+            disable=not progress,
+            mininterval=5,
+        )
         for buf in stream.buffers(epoch):
             buf = buf / scale
             for start in range(0, len(buf) - s.batch_tokens + 1, s.batch_tokens):
-                x = buf[start:start + s.batch_tokens]
+                x = buf[start : start + s.batch_tokens]
                 err, var, since_fired = _train_step(sae, opt, x, since_fired, s)
                 err_sum += err
                 var_sum += var
@@ -120,18 +136,27 @@ def train_topk(stream: ActivationStream, d_in: int, s: TrainSettings, metadata: 
                 bar.update(1)
         bar.close()
         steps_per_epoch = n_steps
-        history.append({"epoch": epoch + 1, "positions": total, "train_fve": 1 - err_sum / max(var_sum, 1e-12),
-                        "dead_fraction": float((since_fired >= s.dead_tokens).float().mean())})
+        history.append(
+            {
+                "epoch": epoch + 1,
+                "positions": total,
+                "train_fve": 1 - err_sum / max(var_sum, 1e-12),
+                "dead_fraction": float((since_fired >= s.dead_tokens).float().mean()),
+            }
+        )
     _fold_scale(sae, scale)
     return sae.eval(), history
 
 
-def _init_topk(first: torch.Tensor, d_in: int, s: TrainSettings,
-               metadata: dict | None) -> tuple[SparseAutoencoder, float]:
+def _init_topk(
+    first: torch.Tensor, d_in: int, s: TrainSettings, metadata: dict | None
+) -> tuple[SparseAutoencoder, float]:
     """A TopK SAE initialised from the first buffer [n, d_in], and the input scale."""
     if len(first) < s.batch_tokens:
-        raise SAEError(f"the SAE corpus has {len(first)} usable positions, fewer than one batch "
-                       f"({s.batch_tokens}); add text or lower concepts.sae.batch_tokens")
+        raise SAEError(
+            f"the SAE corpus has {len(first)} usable positions, fewer than one batch "
+            f"({s.batch_tokens}); add text or lower concepts.sae.batch_tokens"
+        )
     scale = float(first.pow(2).mean().sqrt())
     sae = SparseAutoencoder(d_in, s.width, architecture="topk", k=s.k, metadata=metadata)
     with torch.no_grad():
@@ -142,8 +167,13 @@ def _init_topk(first: torch.Tensor, d_in: int, s: TrainSettings,
     return sae, scale
 
 
-def _train_step(sae: SparseAutoencoder, opt: torch.optim.Optimizer, x: torch.Tensor, since_fired: torch.Tensor,
-                s: TrainSettings) -> tuple[float, float, torch.Tensor]:
+def _train_step(
+    sae: SparseAutoencoder,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    since_fired: torch.Tensor,
+    s: TrainSettings,
+) -> tuple[float, float, torch.Tensor]:
     """One optimiser step on the scaled batch x [batch_tokens, d_in].
 
     Returns the batch's squared reconstruction error and variance (before the step), and the
@@ -169,8 +199,9 @@ def _train_step(sae: SparseAutoencoder, opt: torch.optim.Optimizer, x: torch.Ten
     return float(err.detach().pow(2).sum()), float(var.detach()), since_fired
 
 
-def _aux_loss(sae: SparseAutoencoder, pre: torch.Tensor, err: torch.Tensor, dead: torch.Tensor,
-              aux_k: int) -> torch.Tensor:
+def _aux_loss(
+    sae: SparseAutoencoder, pre: torch.Tensor, err: torch.Tensor, dead: torch.Tensor, aux_k: int
+) -> torch.Tensor:
     """AuxK loss: how well the aux_k most active dead latents reconstruct the (detached) error,
     relative to the error's variance."""
     ka = min(aux_k, int(dead.sum()))
@@ -216,11 +247,14 @@ def fit_stats(sae: SparseAutoencoder, x: torch.Tensor, batch: int = 4096) -> dic
     l0 = 0.0
     fired = torch.zeros(sae.d_sae, dtype=torch.bool)
     for s in range(0, len(x), batch):
-        xb = x[s:s + batch]
+        xb = x[s : s + batch]
         a = sae.encode(xb)
         err += float((xb - sae.reconstruct(xb)).pow(2).sum())
         l0 += float((a > 0).sum())
         fired |= (a > 0).any(0)
     total = float((x - x.mean(0)).pow(2).sum())
-    return {"fve": 1 - err / total if total > 0 else float("nan"), "l0": l0 / max(len(x), 1),
-            "dead_fraction": float(1 - fired.float().mean())}
+    return {
+        "fve": 1 - err / total if total > 0 else float("nan"),
+        "l0": l0 / max(len(x), 1),
+        "dead_fraction": float(1 - fired.float().mean()),
+    }

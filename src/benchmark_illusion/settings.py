@@ -27,7 +27,7 @@ class RecoverySettings:
     scope: str = "mc_only"
 
     @classmethod
-    def only(cls, *decodes: str, **kwargs) -> "RecoverySettings":
+    def only(cls, *decodes: str, **kwargs) -> RecoverySettings:
         """Just these decodes ('beam', 'sample', 'oneshot'; none: recovery off)."""
         unknown = set(decodes) - {"beam", "sample", "oneshot"}
         if unknown:

@@ -36,15 +36,21 @@ def package_gguf(package: str, file: str | None = None) -> Path:
     found = sorted(p.name for p in folder.glob("*.gguf"))
     if file:
         if not (folder / file).is_file():
-            raise ModelSourceError(f"{file!r} not found in package {package!r} "
-                                   f"(.gguf files there: {', '.join(found) or 'none'})")
+            raise ModelSourceError(
+                f"{file!r} not found in package {package!r} "
+                f"(.gguf files there: {', '.join(found) or 'none'})"
+            )
         return folder / file
     if len(found) == 1:
         return folder / found[0]
     if found:
-        raise ModelSourceError(f"package {package!r} holds {len(found)} .gguf files ({', '.join(found)}); "
-                               "name one with the model's `file` key")
-    others = sorted(p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith("."))
+        raise ModelSourceError(
+            f"package {package!r} holds {len(found)} .gguf files ({', '.join(found)}); "
+            "name one with the model's `file` key"
+        )
+    others = sorted(
+        p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")
+    )
     raise ModelSourceError(
         f"package {package!r} holds no .gguf file (its folder {folder} has: {', '.join(others[:8]) or 'nothing'}"
         f"{', ...' if len(others) > 8 else ''}), so naming a file would not help. A model split across "
@@ -56,7 +62,11 @@ def package_gguf(package: str, file: str | None = None) -> Path:
 
 def resolve_gguf(cfg: dict) -> Path:
     """Path of the GGUF file named by a `gguf_package` or `gguf_file` model config."""
-    path = package_gguf(cfg["package"], cfg.get("file")) if cfg["source"] == "gguf_package" else Path(cfg["path"])
+    path = (
+        package_gguf(cfg["package"], cfg.get("file"))
+        if cfg["source"] == "gguf_package"
+        else Path(cfg["path"])
+    )
     if not path.is_file():
         raise ModelSourceError(f"GGUF file not found: {path}")
     return path

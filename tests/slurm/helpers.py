@@ -32,15 +32,23 @@ def ensure_cluster() -> bool:
     if cluster_up():
         return True
     if REQUIRED:
-        pytest.fail("BENCHMARK_ILLUSION_REQUIRE_SLURM=1 but no SLURM cluster answers (tests/slurm/start-cluster.sh)")
+        pytest.fail(
+            "BENCHMARK_ILLUSION_REQUIRE_SLURM=1 but no SLURM cluster answers (tests/slurm/start-cluster.sh)"
+        )
     return False
 
 
 def squeue_history() -> list[dict]:
     """Jobs slurmctld still knows (MinJobAge: an hour on the test cluster): id, partition, state, name, comment."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%P|%T|%j|%k"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i|%P|%T|%j|%k"], capture_output=True, text=True
+    ).stdout
     keys = ("id", "partition", "state", "name", "comment")
-    return [dict(zip(keys, line.split("|"), strict=True)) for line in out.splitlines() if line.count("|") == 4]
+    return [
+        dict(zip(keys, line.split("|"), strict=True))
+        for line in out.splitlines()
+        if line.count("|") == 4
+    ]
 
 
 class CancelFirstRunning(threading.Thread):
@@ -53,7 +61,9 @@ class CancelFirstRunning(threading.Thread):
     def run(self) -> None:
         while not self.stop.is_set():
             for job in squeue_history():
-                if job["state"] == "RUNNING" and job["comment"].startswith(f"rule_{self.rule}_wildcards"):
+                if job["state"] == "RUNNING" and job["comment"].startswith(
+                    f"rule_{self.rule}_wildcards"
+                ):
                     time.sleep(2)
                     subprocess.run(["scancel", job["id"]], check=True)
                     self.cancelled.append(job["id"])

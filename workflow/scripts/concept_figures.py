@@ -3,7 +3,9 @@ from pathlib import Path
 from benchmark_illusion import figures, logs
 
 logs.to_file(snakemake.log[0])
-written = figures.make_figures(snakemake.input[0], Path(snakemake.output[0]).parent, figures.CONCEPT_FIGURES)
+written = figures.make_figures(
+    snakemake.input[0], Path(snakemake.output[0]).parent, figures.CONCEPT_FIGURES
+)
 missing = sorted(set(map(str, snakemake.output)) - set(map(str, written)))
 if missing:
     raise RuntimeError(f"figures not written: {missing}")

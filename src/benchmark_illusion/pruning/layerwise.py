@@ -42,8 +42,10 @@ class PruneSettings:
         if not 0.0 <= self.sparsity < 1.0:
             raise ValueError(f"sparsity must be in [0, 1), got {self.sparsity}")
         if self.structure.is_nm and abs(self.sparsity - self.structure.sparsity) > 1e-9:
-            raise ValueError(f"structure {self.structure} implies sparsity {self.structure.sparsity:g}, "
-                             f"got {self.sparsity:g}")
+            raise ValueError(
+                f"structure {self.structure} implies sparsity {self.structure.sparsity:g}, "
+                f"got {self.sparsity:g}"
+            )
 
 
 class _Captured(Exception):
@@ -100,8 +102,9 @@ def _block_output(out):
 
 
 @torch.inference_mode()
-def prune_model(model: nn.Module, windows: torch.Tensor | None, settings: PruneSettings,
-                progress: bool = True) -> dict:
+def prune_model(
+    model: nn.Module, windows: torch.Tensor | None, settings: PruneSettings, progress: bool = True
+) -> dict:
     """Prune `model` in place; return a report (per-layer measured sparsity, N:M check, timing).
 
     windows: [n, seq_len] calibration token ids (unused by magnitude, may be None then).
@@ -113,8 +116,11 @@ def prune_model(model: nn.Module, windows: torch.Tensor | None, settings: PruneS
         raise ValueError(f"{settings.method} needs calibration windows")
     inputs = capture_block_inputs(model, windows, settings.batch_size) if needs_data else []
     per_layer: dict[str, dict] = {}
-    bar = tqdm(total=len(layers), desc=f"prune {settings.method} {settings.sparsity:g} {settings.structure}",
-               disable=not progress)
+    bar = tqdm(
+        total=len(layers),
+        desc=f"prune {settings.method} {settings.sparsity:g} {settings.structure}",
+        disable=not progress,
+    )
     for i, layer in enumerate(layers):
         linears = prunable_linears(layer)
         stats = {}
@@ -130,7 +136,8 @@ def prune_model(model: nn.Module, windows: torch.Tensor | None, settings: PruneS
                 "numel": w.numel(),
                 "sparsity": float((w == 0).float().mean()),
                 "nm_violations": nm_violations(w, settings.structure.n, settings.structure.m)
-                if settings.structure.is_nm else 0,
+                if settings.structure.is_nm
+                else 0,
             }
         if needs_data:
             for j, (args, kwargs) in enumerate(inputs):
@@ -163,10 +170,14 @@ def _prefix(model, layers) -> str:
 def _collect(layer, linears, inputs, method) -> dict:
     """Run the block on every calibration batch, accumulating each Linear's input statistics."""
     device = next(layer.parameters()).device
-    stats = {name: (InputNorms if method == "wanda" else Hessian)(lin.in_features, device)
-             for name, lin in linears.items()}
-    handles = [lin.register_forward_hook(lambda m, a, o, s=stats[name]: s.add(a[0]))
-               for name, lin in linears.items()]
+    stats = {
+        name: (InputNorms if method == "wanda" else Hessian)(lin.in_features, device)
+        for name, lin in linears.items()
+    }
+    handles = [
+        lin.register_forward_hook(lambda m, a, o, s=stats[name]: s.add(a[0]))
+        for name, lin in linears.items()
+    ]
     try:
         for args, kwargs in inputs:
             layer(*args, **kwargs)
@@ -185,8 +196,14 @@ def _prune_linear(lin: nn.Linear, stat, settings: PruneSettings) -> None:
         mask = wanda_mask(w, stat.sq, settings.sparsity, settings.structure)
         w.masked_fill_(mask, 0)
     else:
-        new, _ = sparsegpt_prune(w, stat.value, settings.sparsity, settings.structure,
-                                 settings.blocksize, settings.percdamp)
+        new, _ = sparsegpt_prune(
+            w,
+            stat.value,
+            settings.sparsity,
+            settings.structure,
+            settings.blocksize,
+            settings.percdamp,
+        )
         w.copy_(new)
 
 
@@ -194,9 +211,13 @@ def check_report(report: dict, tolerance: float = 0.001) -> None:
     """Raise if the measured sparsity misses the target by more than `tolerance` or N:M is violated."""
     miss = abs(report["measured_sparsity"] - report["target_sparsity"])
     if miss > tolerance:
-        raise ValueError(f"measured sparsity {report['measured_sparsity']:.5f} misses the target "
-                         f"{report['target_sparsity']:.5f} by {100 * miss:.3f} percentage points "
-                         f"(> {100 * tolerance:.3f})")
+        raise ValueError(
+            f"measured sparsity {report['measured_sparsity']:.5f} misses the target "
+            f"{report['target_sparsity']:.5f} by {100 * miss:.3f} percentage points "
+            f"(> {100 * tolerance:.3f})"
+        )
     if report["nm_violations"]:
         bad = [k for k, v in report["layers"].items() if v["nm_violations"]][:5]
-        raise ValueError(f"{report['nm_violations']} groups violate {report['structure']} (e.g. in {bad})")
+        raise ValueError(
+            f"{report['nm_violations']} groups violate {report['structure']} (e.g. in {bad})"
+        )

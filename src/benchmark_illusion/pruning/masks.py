@@ -47,7 +47,9 @@ def parse_structure(text: str) -> Structure:
         return Structure()
     m = _NM.match(text.replace("of", ":"))
     if not m or not 0 < int(m.group(1)) < int(m.group(2)):
-        raise ValueError(f"structure {text!r} is neither 'unstructured' nor N:M with 0 < N < M (e.g. '2:4')")
+        raise ValueError(
+            f"structure {text!r} is neither 'unstructured' nor N:M with 0 < N < M (e.g. '2:4')"
+        )
     return Structure(int(m.group(1)), int(m.group(2)))
 
 
@@ -79,7 +81,9 @@ def lowest_per_row(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
     # rank of each score within its row: 0 = lowest (stable, so ties break by position)
     order = torch.argsort(scores, dim=1, stable=True)
     ranks = torch.empty_like(order)
-    ranks.scatter_(1, order, torch.arange(cols, device=scores.device).expand(rows, cols).contiguous())
+    ranks.scatter_(
+        1, order, torch.arange(cols, device=scores.device).expand(rows, cols).contiguous()
+    )
     return ranks < counts[:, None]
 
 

@@ -49,8 +49,14 @@ def inverse_hessian_factor(h: torch.Tensor, percdamp: float) -> tuple[torch.Tens
     return torch.linalg.cholesky(h_inv, upper=True), dead
 
 
-def sparsegpt_prune(weight: torch.Tensor, h: torch.Tensor, sparsity: float, structure: Structure,
-                    blocksize: int = 128, percdamp: float = 0.01) -> tuple[torch.Tensor, torch.Tensor]:
+def sparsegpt_prune(
+    weight: torch.Tensor,
+    h: torch.Tensor,
+    sparsity: float,
+    structure: Structure,
+    blocksize: int = 128,
+    percdamp: float = 0.01,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pruned and reconstructed weight [out, in] (in weight's dtype) and its bool mask (True = pruned)."""
     if structure.is_nm and blocksize % structure.m:
         raise ValueError(f"blocksize {blocksize} must be a multiple of M={structure.m}")
@@ -73,7 +79,9 @@ def sparsegpt_prune(weight: torch.Tensor, h: torch.Tensor, sparsity: float, stru
         for j in range(b1 - b0):
             if structure.is_nm and j % structure.m == 0:
                 g = slice(j, j + structure.m)
-                mb[:, g] = lowest_n_of_m(wb[:, g] ** 2 / (d[g] ** 2)[None, :], structure.n, structure.m)
+                mb[:, g] = lowest_n_of_m(
+                    wb[:, g] ** 2 / (d[g] ** 2)[None, :], structure.n, structure.m
+                )
             col = wb[:, j]
             kept = col.masked_fill(mb[:, j], 0.0)
             e = (col - kept) / d[j]

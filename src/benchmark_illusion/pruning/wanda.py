@@ -29,7 +29,9 @@ def wanda_scores(weight: torch.Tensor, sq_norms: torch.Tensor) -> torch.Tensor:
     return weight.detach().abs().float() * sq_norms.sqrt()[None, :]
 
 
-def wanda_mask(weight: torch.Tensor, sq_norms: torch.Tensor, sparsity: float, structure: Structure) -> torch.Tensor:
+def wanda_mask(
+    weight: torch.Tensor, sq_norms: torch.Tensor, sparsity: float, structure: Structure
+) -> torch.Tensor:
     """Bool mask [out, in], True = prune."""
     scores = wanda_scores(weight, sq_norms)
     if structure.is_nm:
