@@ -44,9 +44,13 @@ dry-run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
 
+# ruff (lint and format) over the package, tests, benchmarks and rule scripts; snakefmt and
+# snakemake's own lint over the workflow
 lint: $(STAMP)
-	$(BIN)/snakemake --lint --cores 1
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
+	.ci/snakemake-lint
 
 clean-results:
 	rm -rf results logs

@@ -18,6 +18,18 @@ report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
+
+
+# Wildcard patterns of every rule (the names come from the config, through common.smk).
+wildcard_constraints:
+    model=one_of(MODELS),
+    method="magnitude|wanda|sparsegpt",
+    structure="unstructured|[0-9]+of[0-9]+",
+    sparsity="0|0\\.[0-9]+",
+    dataset=one_of(DATASETS),
+    lang="[A-Za-z0-9-]+",
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/evaluate.smk"

@@ -35,15 +35,6 @@ def one_of(names):
     return "|".join(map(re.escape, names)) or "(?!)"
 
 
-wildcard_constraints:
-    model=one_of(MODELS),
-    method="magnitude|wanda|sparsegpt",
-    structure="unstructured|[0-9]+of[0-9]+",
-    sparsity="0|0\\.[0-9]+",
-    dataset="|".join(map(re.escape, DATASETS)),
-    lang="[A-Za-z0-9-]+",
-
-
 def dataset_langs():
     """(dataset, lang) pairs of the config."""
     return [(d, l) for d in DATASETS for l in config["datasets"][d]["languages"]]
@@ -91,7 +82,7 @@ def get_checkpoint(wildcards):
 
 def dense_generation_files():
     """Dense evaluation logs on the selected items, one per model x dataset x lang (the dense
-    model through the same `evaluate` rule as every pruned checkpoint: its noise floor).
+    model through the same `evaluate` rule as every pruned checkpoint, hence its noise floor).
     """
     return [
         f"results/generations/{m}/dense/none/0/{d}/{l}.parquet"
@@ -261,7 +252,8 @@ CONCEPT_FIGURES = [
 
 
 def get_final_output():
-    """Targets of `rule all`: the database and the figures (the report is built from them)."""
+    """Targets of the default target `all` (the database and the figures; the report is built
+    from them)."""
     return [
         "results/illusion.duckdb",
         "results/figures/accuracy_vs_sparsity.png",
