@@ -1,7 +1,8 @@
 """How long the aggregation (views + every metric table with bootstrap intervals) takes, and how
 much memory it needs, from the smoke scale up to the paper's grid, on synthetic logs.
 
-    .venv/bin/python benchmarks/aggregate_scale.py [--replicates 1000] [--scales smoke,default,paper]
+    .venv/bin/python benchmarks/aggregate_scale.py [--replicates 1000] \
+        [--scales smoke,default,paper]
 
 Synthetic logs follow the real schema: per checkpoint x item an open, candidates and mc row; a
 checkpoint loses a share of open answers that grows with sparsity, half of them stay right in
@@ -196,16 +197,17 @@ def main() -> None:
     base = results[0]
     print(f"bootstrap replicates: {args.replicates}\n")
     print(
-        "| scale | models x checkpoints x benchmarks x items | log rows | resample rows | aggregate s | x base | "
-        "peak RSS GiB | x base | DuckDB MiB |"
+        "| scale | models x checkpoints x benchmarks x items | log rows | resample rows "
+        "| aggregate s | x base | peak RSS GiB | x base | DuckDB MiB |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         shape = " x ".join(map(str, SCALES[r["scale"]]))
         print(
-            f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['weight_rows']:,} | {r['seconds']:.1f} | "
-            f"{r['seconds'] / base['seconds']:.1f} | {r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.1f} | "
-            f"{r['db_mib']:.0f} |"
+            f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['weight_rows']:,} "
+            f"| {r['seconds']:.1f} | {r['seconds'] / base['seconds']:.1f} "
+            f"| {r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.1f} "
+            f"| {r['db_mib']:.0f} |"
         )
 
 

@@ -39,7 +39,8 @@ def main() -> None:
     ]
     base = None
     print(
-        "| method | structure | sparsity | held-out loss | ppl | ppl / dense |\n|---|---|---|---|---|---|"
+        "| method | structure | sparsity | held-out loss | ppl | ppl / dense |\n"
+        "|---|---|---|---|---|---|"
     )
     for method, structure, sparsity, path in paths:
         model, tok = load_checkpoint(path)
@@ -52,7 +53,8 @@ def main() -> None:
             ) / len(held)
         base = base or math.exp(loss)
         print(
-            f"| {method} | {structure} | {sparsity} | {loss:.3f} | {math.exp(loss):.1f} | {math.exp(loss) / base:.2f} |",
+            f"| {method} | {structure} | {sparsity} | {loss:.3f} | {math.exp(loss):.1f} "
+            f"| {math.exp(loss) / base:.2f} |",
             flush=True,
         )
 

@@ -118,11 +118,14 @@ def main() -> None:
 
     base = run("dense", "unstructured", 0.0)
     print(
-        f"calibration {args.n_windows} x {args.seq_len} tokens, held-out {args.held_windows} x {args.seq_len}; "
-        f"dense: loss {base['loss']:.3f}, ppl {base['ppl']:.1f}, peak RSS {base['peak_rss_gib']:.2f} GiB\n"
+        f"calibration {args.n_windows} x {args.seq_len} tokens, "
+        f"held-out {args.held_windows} x {args.seq_len}; "
+        f"dense: loss {base['loss']:.3f}, ppl {base['ppl']:.1f}, "
+        f"peak RSS {base['peak_rss_gib']:.2f} GiB\n"
     )
     print(
-        "| method | structure | sparsity | measured | held-out loss | ppl | ppl / dense | prune s | s / magnitude | peak RSS GiB | RSS / dense |"
+        "| method | structure | sparsity | measured | held-out loss | ppl | ppl / dense "
+        "| prune s | s / magnitude | peak RSS GiB | RSS / dense |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     points = [
@@ -138,7 +141,8 @@ def main() -> None:
                 mag_seconds = r["seconds"]
             ratio = f"{r['seconds'] / mag_seconds:.1f}x" if mag_seconds else "-"
             print(
-                f"| {method} | {st} | {s if s is not None else 'N/M'} | {r['measured']:.4f} | {r['loss']:.3f} | "
+                f"| {method} | {st} | {s if s is not None else 'N/M'} | {r['measured']:.4f} "
+                f"| {r['loss']:.3f} | "
                 f"{r['ppl']:.1f} | {r['ppl'] / base['ppl']:.2f} | {r['seconds']:.1f} | {ratio} | "
                 f"{r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.2f} |",
                 flush=True,

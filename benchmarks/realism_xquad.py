@@ -12,7 +12,8 @@ then `candidates` again with bullets, and prints:
     same for mc: a model without a position preference picks each position ~1/4 of the time.
 Then throughput (items/s, all three formats) and peak memory.
 
-  .venv/bin/python benchmarks/realism_xquad.py --data ../shared/data/xquad --langs en es de --n 200 --sample
+  .venv/bin/python benchmarks/realism_xquad.py --data ../shared/data/xquad --langs en es de \
+--n 200 --sample
 
 --from-logs DIR re-prints the tables from Parquet files an earlier run wrote with --out DIR
 (items_<bench>.parquet, log_<bench>.parquet; missing columns of older logs are tolerated; --n
@@ -79,8 +80,8 @@ def summarize(items: pl.DataFrame, log: pl.DataFrame) -> dict:
 
     open_ = fmt("open").filter(pl.col("decode") == "greedy")
     mc = fmt("mc")
-    ok_open = dict(zip(open_["item_id"], open_["correct"]))
-    ok_mc = dict(zip(mc["item_id"], mc["correct"]))
+    ok_open = dict(zip(open_["item_id"], open_["correct"], strict=True))
+    ok_mc = dict(zip(mc["item_id"], mc["correct"], strict=True))
     ids = list(ok_open)
     mc_only = [i for i in ids if ok_mc.get(i) and not ok_open[i]]
     partial = (
@@ -135,14 +136,15 @@ def _f(x, spec=".3f"):
 
 def print_tables(results: dict[str, dict]) -> None:
     print(
-        "| benchmark | items | open | candidates (letters) | candidates (bullets) | mc | selected | MC-only rate "
-        "| Delta_PR letters | Delta_PR bullets | distractors in passage |"
+        "| benchmark | items | open | candidates (letters) | candidates (bullets) | mc | selected "
+        "| MC-only rate | Delta_PR letters | Delta_PR bullets | distractors in passage |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print(
             f"| {name} | {r['items']} | {_f(r['open'])} | {_f(r.get('cand_letters'))} | "
-            f"{_f(r.get('cand_bullets'))} | {_f(r['mc'])} | {r['selected']} | {_f(r['mc_only_rate'])} | "
+            f"{_f(r.get('cand_bullets'))} | {_f(r['mc'])} | {r['selected']} "
+            f"| {_f(r['mc_only_rate'])} | "
             f"{_f(r.get('delta_pr_letters'), '+.3f')} | {_f(r.get('delta_pr_bullets'), '+.3f')} | "
             f"{_f(r['distractors_in_passage'])} |"
         )
@@ -150,14 +152,16 @@ def print_tables(results: dict[str, dict]) -> None:
         "\nGold first-token rank (dense; items whose ranked token is a byte piece have no rank)\n"
     )
     print(
-        "| benchmark | MC-only: median rank | MC-only: rank 1 | MC-only ranked | open-correct: median rank "
-        "| open-correct: rank 1 | open-correct ranked | no rank (byte piece) |"
+        "| benchmark | MC-only: median rank | MC-only: rank 1 | MC-only ranked "
+        "| open-correct: median rank | open-correct: rank 1 | open-correct ranked "
+        "| no rank (byte piece) |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         print(
-            f"| {name} | {_f(r['rank_mc_only'], 'g')} | {_f(r['top1_mc_only'], '.2f')} | {r['n_rank_mc_only']} | "
-            f"{_f(r['rank_open'], 'g')} | {_f(r['top1_open'], '.2f')} | {r['n_rank_open']} | {r['n_partial']} |"
+            f"| {name} | {_f(r['rank_mc_only'], 'g')} | {_f(r['top1_mc_only'], '.2f')} "
+            f"| {r['n_rank_mc_only']} | {_f(r['rank_open'], 'g')} | {_f(r['top1_open'], '.2f')} "
+            f"| {r['n_rank_open']} | {r['n_partial']} |"
         )
     print("\nShare of answers choosing each option position (A-D; none: no single option named)\n")
     print("| benchmark | format | " + " | ".join(POSITIONS) + " |")
@@ -260,7 +264,8 @@ def main() -> None:
         speed.append((name, items.height / dt, peak_rss_gib()))
         results[name] = summarize(items, log)
         print(
-            f"{name}: {items.height} items, {items.height / dt:.2f} items/s (open + mc + candidates)",
+            f"{name}: {items.height} items, {items.height / dt:.2f} items/s "
+            "(open + mc + candidates)",
             flush=True,
         )
         if args.out:

@@ -105,8 +105,9 @@ def main() -> None:
         train_all = read(train_idx)
         read_s = time.perf_counter() - t0
         print(
-            f"corpus: {len(seqs)} prompts, {sum(map(len, seqs))} tokens; {len(train_all.acts)} training and "
-            f"{len(held.acts)} held-out positions ({held.n_excluded + train_all.n_excluded} cut for their norm); "
+            f"corpus: {len(seqs)} prompts, {sum(map(len, seqs))} tokens; "
+            f"{len(train_all.acts)} training and {len(held.acts)} held-out positions "
+            f"({held.n_excluded + train_all.n_excluded} cut for their norm); "
             f"reading them once: {read_s:.1f} s"
         )
         rows = [
@@ -121,8 +122,8 @@ def main() -> None:
             ]
         base = None
         print(
-            f"\n{'setting':44s} {'s':>7s} {'ratio':>6s} {'pos/s':>8s} {'FVE':>6s} {'PCA-k':>6s} {'L0':>5s} "
-            f"{'dead':>6s} {'RSS GB':>7s}"
+            f"\n{'setting':44s} {'s':>7s} {'ratio':>6s} {'pos/s':>8s} {'FVE':>6s} {'PCA-k':>6s} "
+            f"{'L0':>5s} {'dead':>6s} {'RSS GB':>7s}"
         )
         for name, kw, buffer in rows:
             settings = sae_train.TrainSettings(seed=0, **kw)
@@ -145,8 +146,9 @@ def main() -> None:
             positions = sum(h["positions"] for h in hist)
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
             print(
-                f"{name:44s} {secs:7.1f} {secs / base:6.2f} {positions / secs:8.0f} {fit['fve']:6.3f} {pca:6.3f} "
-                f"{fit['l0']:5.1f} {fit['dead_fraction']:6.3f} {rss:7.2f}"
+                f"{name:44s} {secs:7.1f} {secs / base:6.2f} {positions / secs:8.0f} "
+                f"{fit['fve']:6.3f} {pca:6.3f} {fit['l0']:5.1f} {fit['dead_fraction']:6.3f} "
+                f"{rss:7.2f}"
             )
 
 

@@ -126,7 +126,7 @@ def write_concepts(tmp_path, acts, n_concepts=26, items=None):
         schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8},
     )
     paths = [tmp_path / "a.parquet", tmp_path / "t.parquet", tmp_path / "l.parquet"]
-    for df, p in zip((a, t, lab), paths):
+    for df, p in zip((a, t, lab), paths, strict=True):
         df.write_parquet(p)
     return [str(p) for p in paths]
 
@@ -201,7 +201,8 @@ def test_across_benchmarks_drop_and_expectation_average_the_benchmarks(con):
     chi = {
         r[0]: r[1:]
         for r in con.execute(
-            """SELECT lang, chi_model, n_benchmarks, support FROM chi_model WHERE population = 'selected'
+            """SELECT lang, chi_model, n_benchmarks, support FROM chi_model \
+WHERE population = 'selected'
            AND method = 'w' AND format = 'open' AND concept = 3"""
         ).fetchall()
     }
@@ -209,21 +210,23 @@ def test_across_benchmarks_drop_and_expectation_average_the_benchmarks(con):
     assert chi["all"] == pytest.approx((0.4, 2, 80))  # the mean of 0.1 and 0.7, not the pooled 0.55
     assert d[3]["drop_open"] == pytest.approx(0.6)
     assert d[3]["expected_drop_open"] == pytest.approx((0.9 + 0.3) / 2)
-    tests = con.execute("""SELECT n_benchmarks, support, drop, expected_drop FROM concept_damage_tests
+    tests = con.execute("""SELECT n_benchmarks, support, drop, expected_drop \
+FROM concept_damage_tests
                            WHERE format = 'open' AND lang = 'all' AND concept = 3""").fetchall()
     assert tests == [pytest.approx((2, 80, 0.6, 0.6))]
 
 
 def test_chi_model_across_benchmarks_is_the_mean_of_the_benchmarks(con):
     bad = con.execute("""
-        WITH per AS (SELECT population, method, sparsity, format, concept, avg(chi_model) AS mean_chi,
+        WITH per AS (SELECT population, method, sparsity, format, concept, \
+avg(chi_model) AS mean_chi,
                             count(*) AS n, sum(support) AS support, avg(accuracy) AS acc
                      FROM chi_model WHERE dataset <> 'all' GROUP BY ALL)
-        SELECT count(*) FROM chi_model a JOIN per p USING (population, method, sparsity, format, concept)
+        SELECT count(*) FROM chi_model a \
+JOIN per p USING (population, method, sparsity, format, concept)
         WHERE a.dataset = 'all' AND (abs(a.chi_model - p.mean_chi) > 1e-12 OR a.n_benchmarks <> p.n
-                                     OR a.support <> p.support OR abs(a.accuracy - p.acc) > 1e-12)""").fetchall()[
-        0
-    ][0]
+                                     OR a.support <> p.support \
+OR abs(a.accuracy - p.acc) > 1e-12)""").fetchall()[0][0]
     assert bad == 0
     n_all = con.execute("SELECT count(*) FROM chi_model WHERE dataset = 'all'").fetchall()[0][0]
     assert n_all > 0
@@ -235,7 +238,8 @@ def test_the_intervals_reuse_the_metric_bootstrap(con):
     rates = {
         r[0]: r[1:]
         for r in con.execute("""SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w'
-                    AND lang = 'es' AND metric = 'drop_open' AND population = 'selected'""").fetchall()
+                    AND lang = 'es' AND metric = 'drop_open' \
+AND population = 'selected'""").fetchall()
     }
     d = damage(con, "es")[2]
     assert (d["drop_open_ci_low"], d["drop_open_ci_high"]) == pytest.approx(rates["drop_open"])
@@ -455,10 +459,13 @@ def test_figure_shows_only_significant_concepts(tmp_path, con):
 
 
 def test_report_views_list_the_significant_concepts(con):
-    got = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open, rank, method_peak
+    got = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open, rank, \
+method_peak
                          FROM report_damaged_concepts ORDER BY rank""").fetchall()
-    want = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open FROM concept_damage
-                          WHERE dataset = 'all' AND significant_open ORDER BY excess_open DESC, q_open, concept""").fetchall()
+    want = con.execute("""SELECT method, structure, sparsity, concept, excess_open, q_open \
+FROM concept_damage
+                          WHERE dataset = 'all' AND significant_open \
+ORDER BY excess_open DESC, q_open, concept""").fetchall()
     # one pruned checkpoint: every concept is at its method's peak
     assert got == [(*w, k, True) for k, w in enumerate(want, 1)] and 0 in {g[3] for g in got}
     printed = con.execute(
@@ -481,11 +488,13 @@ def test_cli_and_figure_read_the_report_views(tmp_path, con, capsys, monkeypatch
     out = duckdb.connect(str(db))
     for view in ("report_best_covered", "report_least_covered", "report_dense_gaps"):
         out.execute(
-            f"CREATE OR REPLACE VIEW {view} AS SELECT 'm' AS model, 'from {view}' AS marker, 1 AS rank"
+            f"CREATE OR REPLACE VIEW {view} AS "
+            f"SELECT 'm' AS model, 'from {view}' AS marker, 1 AS rank"
         )
     # concept 1 (German) is not significantly damaged: only the changed view lists it
     out.execute("""CREATE OR REPLACE VIEW report_damaged_concepts AS
-                   SELECT * REPLACE ('from the view' AS label), 1 AS rank, true AS method_peak FROM concept_damage
+                   SELECT * REPLACE ('from the view' AS label), 1 AS rank, true AS method_peak \
+FROM concept_damage
                    WHERE dataset = 'all' AND concept = 1""")
     out.execute(
         "CREATE OR REPLACE VIEW report_damage_criteria AS SELECT 0.5 AS fdr_q, 0.8 AS ci_level, "

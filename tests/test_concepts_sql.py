@@ -2,7 +2,8 @@
 
 Logs: the 4-item / 7-item-pool fixture of test_sql.py (benchmark d/en; pruned checkpoint 'w').
 Concepts: 4 latents. Activations a_c(x):
-  d/en (7 items):  c0: i1 2.0, i2 1.0, i5 1.0   c1: i3 1.0, i4 3.0   c2: i1 0.5, i3 0.5, i6 1.0   c3: -
+  d/en (7 items):  c0: i1 2.0, i2 1.0, i5 1.0   c1: i3 1.0, i4 3.0
+                   c2: i1 0.5, i3 0.5, i6 1.0   c3: -
   d/es (2 items):  c0: j2 1.0                   c3: j1 1.0
 Every expected value below is worked out by hand in the comments.
 """
@@ -90,12 +91,15 @@ def concept_files(tmp_path, acts=ACTS, items=ITEMS):
         schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8},
     )
     paths = [tmp_path / "a.parquet", tmp_path / "t.parquet", tmp_path / "l.parquet"]
-    for df, p in zip((a, t, lab), paths):
+    for df, p in zip((a, t, lab), paths, strict=True):
         df.write_parquet(p)
     return [str(p) for p in paths]
 
 
-def gaps_db(tmp_path, settings=GapSettings(min_support=2), acts=ACTS):
+DEFAULT_GAPS = GapSettings(min_support=2)  # gaps_db's default settings
+
+
+def gaps_db(tmp_path, settings=DEFAULT_GAPS, acts=ACTS):
     con = build(tmp_path, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, pool=POOL)
     a, t, lab = concept_files(tmp_path, acts)
     load_concept_tables(con, [a], [t], [lab])
@@ -139,7 +143,8 @@ def test_chi_bench_by_hand(con):
 
 
 def test_coverage_classes_by_hand(con):
-    # en, active [0.8, 1.6, 1.6]: q10 = 0.8 + 0.2*0.8 = 0.96, q90 = 1.6 -> c2 under, c0 c1 over, c3 missing
+    # en, active [0.8, 1.6, 1.6]: q10 = 0.8 + 0.2*0.8 = 0.96, q90 = 1.6
+    # -> c2 under, c0 c1 over, c3 missing
     en = values(con, "SELECT concept, coverage FROM chi_bench WHERE lang = 'en'")
     assert en == {0: "over", 1: "over", 2: "under", 3: "missing"}
     # across, [0.4, 0.8, 1.0, 1.8]: q10 = 0.4 + 0.3*0.4 = 0.52, q90 = 1.0 + 0.7*0.8 = 1.56
@@ -159,14 +164,16 @@ def test_coverage_classes_by_hand(con):
 
 def test_coverage_quantiles_come_from_the_config(tmp_path):
     con = gaps_db(tmp_path, GapSettings(under_quantile=0.5, over_quantile=0.99, min_support=2))
-    # across, q50 of [0.4, 0.8, 1.0, 1.8] = 0.9: c2 and c1 under; q99 = 1.0 + 0.97*0.8 = 1.776: c0 over
+    # across, q50 of [0.4, 0.8, 1.0, 1.8] = 0.9: c2 and c1 under;
+    # q99 = 1.0 + 0.97*0.8 = 1.776: c0 over
     across = values(con, "SELECT concept, coverage FROM chi_bench WHERE lang = 'all'")
     assert across == {0: "over", 1: "under", 2: "under", 3: "typical"}
 
 
 def test_chi_model_by_hand(con):
     # pruned w on the selected items: open right only on i4; mc right on i1, i2, i4
-    q = """SELECT concept, chi_model, support FROM chi_model WHERE population = 'selected' AND method = 'w'
+    q = """SELECT concept, chi_model, support FROM chi_model WHERE population = 'selected' \
+AND method = 'w'
            AND format = '{}' AND lang = 'en'"""
     # c0: i1 (2), i2 (1) -> open 0, mc (2+1)/3 = 1; c1: i3 (1), i4 (3) -> open 3/4, mc 3/4;
     # c2: i1 (.5), i3 (.5) -> open 0, mc .5/1 = .5
@@ -188,7 +195,8 @@ def test_chi_model_by_hand(con):
     )
     assert pool == pytest.approx({"0open": 0.75, "2open": 0.5, "0mc": 1.0, "2mc": 0.5})
     # accuracy: w open on the 4 selected items = 1/4; across benchmarks = the same (es has no logs)
-    acc = con.execute("""SELECT DISTINCT lang, accuracy, n_items FROM chi_model WHERE population = 'selected'
+    acc = con.execute("""SELECT DISTINCT lang, accuracy, n_items FROM chi_model \
+WHERE population = 'selected'
                          AND method = 'w' AND format = 'open' ORDER BY lang""").fetchall()
     assert acc == [("all", 0.25, 4), ("en", 0.25, 4)]
     # es items were never evaluated: no chi_model rows for es
@@ -198,7 +206,8 @@ def test_chi_model_by_hand(con):
 def test_min_support_and_model_gaps_by_hand(tmp_path, con):
     # min_support 2: all three concepts supported; bottom 10% of 3 -> ceil(0.3) = 1 concept:
     # w open en: c0 0, c2 0, c1 .75 -> c0 (the tie goes to the lower id)
-    g = con.execute("""SELECT gap_rank, concept, chi_model FROM model_gaps WHERE population = 'selected'
+    g = con.execute("""SELECT gap_rank, concept, chi_model FROM model_gaps \
+WHERE population = 'selected'
                        AND method = 'w' AND format = 'open' AND lang = 'en'""").fetchall()
     assert g == [(1, 0, 0.0)]
     (tmp_path / "strict").mkdir()
@@ -220,7 +229,8 @@ def test_concept_damage_by_hand(con):
     d = {
         r[0]: r[1:]
         for r in con.execute(
-            """SELECT concept, support, mc_only_rate, demoted_rate, erased_rate, damage, drop_open, drop_mc,
+            """SELECT concept, support, mc_only_rate, demoted_rate, erased_rate, damage, \
+drop_open, drop_mc,
                   drop_candidates FROM concept_damage WHERE lang = 'en' ORDER BY concept"""
         ).fetchall()
     }
@@ -391,12 +401,15 @@ def test_report_views_rank_the_tables(con):
     gaps = con.execute(
         "SELECT concept, chi_model, rank FROM report_dense_gaps ORDER BY rank"
     ).fetchall()
-    want = con.execute("""SELECT concept, round(chi_model, 3) FROM chi_model WHERE population = 'pool'
-                          AND format = 'open' AND dataset = 'all' AND supported ORDER BY chi_model, concept""").fetchall()
+    want = con.execute("""SELECT concept, round(chi_model, 3) FROM chi_model \
+WHERE population = 'pool'
+                          AND format = 'open' AND dataset = 'all' AND supported \
+ORDER BY chi_model, concept""").fetchall()
     assert [g[:2] for g in gaps] == want and [g[2] for g in gaps] == list(range(1, len(want) + 1))
     criteria = con.execute(
         "SELECT fdr_q, ci_level, permutations, tested FROM report_damage_criteria"
     ).fetchall()
-    tested = con.execute("""SELECT count(*) FROM concept_damage_tests WHERE format = 'open' AND dataset = 'all'
+    tested = con.execute("""SELECT count(*) FROM concept_damage_tests \
+WHERE format = 'open' AND dataset = 'all'
                             AND method = 'w'""").fetchone()[0]
     assert criteria == [(0.1, 0.95, 1000, tested)]

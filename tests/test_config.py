@@ -497,7 +497,8 @@ def test_load_config_rejects_yaml_that_is_not_a_mapping(tmp_path):
 
 
 def dry_run(workdir: Path, cfg: dict | None) -> subprocess.CompletedProcess:
-    """`snakemake -n` of the project's Snakefile in `workdir`, with `cfg` as --configfile if given."""
+    """`snakemake -n` of the project's Snakefile in `workdir`, with `cfg` as --configfile if
+    given."""
     cmd = [str(SNAKEMAKE), "-n", "--cores", "1", "-s", str(ROOT / "Snakefile"), "-d", str(workdir)]
     if cfg is not None:
         path = workdir / "bad.yaml"
@@ -595,7 +596,8 @@ def test_cli_embedded_default_without_configfile(tmp_path):
 
 
 def test_readme_examples_validate():
-    """config/README.md: the embedded default is the shipped file, and the paper example is valid."""
+    """config/README.md: the embedded default is the shipped file, and the paper example is
+    valid."""
     import re
 
     text = (ROOT / "config" / "README.md").read_text()
@@ -768,8 +770,9 @@ def test_dataclass_defaults_are_the_schemas(cls_path, keys):
 
 
 def test_config_yaml_repeats_no_default_with_another_value():
-    """config/config.yaml may spell out a default for readers, but never a different value silently:
-    every key it sets to something other than the schema's default is a deliberate choice listed here."""
+    """config/config.yaml may spell out a default for readers, but never a different value
+    silently: every key it sets to something other than the schema's default is a deliberate
+    choice listed here."""
     from benchmark_illusion.config import schema_defaults
 
     chosen = {

@@ -105,7 +105,8 @@ def offline_hf(tmp_path, monkeypatch):
 
 
 def write_hub_mirror(root: Path, configs: dict[str, list[dict]], schema: pa.Schema) -> str:
-    """Write a folder that `datasets.load_dataset(root, config, split='validation')` reads like the hub repo.
+    """Write a folder that `datasets.load_dataset(root, config, split='validation')` reads like
+    the hub repo.
 
     Layout (what works with datasets 5.2, verified by these tests):
 
@@ -588,10 +589,11 @@ def test_leading_bom_is_removed_and_offsets_shift(tmp_path):
     assert (r["title"], r["question"]) == ("Şehir", "Ne zamandan beri?")
     assert r["answers"] == ["1850", "İstanbul", "beri"]
     assert r["answer_starts"] == [9, 0, -1]
-    assert [r["context"][s : s + len(a)] for a, s in zip(r["answers"][:2], r["answer_starts"])] == [
-        "1850",
-        "İstanbul",
-    ]
+    # the third answer has no offset (-1): only the first two are compared
+    assert [
+        r["context"][s : s + len(a)]
+        for a, s in zip(r["answers"][:2], r["answer_starts"], strict=False)
+    ] == ["1850", "İstanbul"]
 
 
 @pytest.mark.parametrize("mark", ["\ufeff", "\u200b", "\u200e", "\u200f", "\u2060"])

@@ -305,7 +305,8 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
 
 def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_passage(smoke_run):
     """The measuring instruments on the real model's logs: the gold rank ranks a visible token, a
-    candidates answer that names 2+ options is wrong, every option of a passage item is in its passage."""
+    candidates answer that names 2+ options is wrong, every option of a passage item is in its
+    passage."""
     work, _ = smoke_run
     logs = pl.concat(
         [
@@ -356,7 +357,10 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
         for lang in ("en", "es"):
             log = pl.read_parquet(
                 work
-                / f"results/generations/smollm2-135m/{method}/unstructured/{s}/sample/{lang}.parquet"
+                / (
+                    f"results/generations/smollm2-135m/{method}/unstructured/"
+                    f"{s}/sample/{lang}.parquet"
+                )
             )
             assert dict(log.schema) == LOG_SCHEMA
             assert set(log["method"]) == {method} and set(log["sparsity"]) == {float(s)}
@@ -376,7 +380,7 @@ def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     ).fetchall()
     seen = {(m, f"{s:g}") for m, s, *_ in rows}
     assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")}
-    for method, s, lang, n, n_mc_only, rate in rows:
+    for method, _s, _lang, n, n_mc_only, rate in rows:
         assert 0 <= n_mc_only <= n and (n == 0 or rate == pytest.approx(n_mc_only / n))
         if method == "dense":
             # selected items are right in the dense model's open and mc answers, and evaluating the
@@ -451,12 +455,10 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
     assert all(o[1] for o in oracle)
     assert oracle[0][2] > 0 and all(o[2] == 0 for o in oracle[1:])
     # greedy <= oracle everywhere
-    assert (
-        con.execute("""SELECT count(*) FROM oracle g JOIN oracle o
+    assert con.execute("""SELECT count(*) FROM oracle g JOIN oracle o
                           USING (model, method, structure, sparsity, dataset, lang)
-                          WHERE g.decode = 'greedy' AND o.decode = 'oracle' AND o.accuracy < g.accuracy""").fetchone()
-        == (0,)
-    )
+                          WHERE g.decode = 'greedy' AND o.decode = 'oracle' \
+AND o.accuracy < g.accuracy""").fetchone() == (0,)
 
 
 def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run):
@@ -510,7 +512,8 @@ def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run
     )
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
     got = con.execute("""
-        SELECT m.method, m.sparsity, m.lang, m.n_items, o.accuracy, c.accuracy, mc.accuracy, m.mc_only_rate,
+        SELECT m.method, m.sparsity, m.lang, m.n_items, o.accuracy, c.accuracy, mc.accuracy, \
+m.mc_only_rate,
                d.delta_pr, m.n_demoted, m.n_erased, orc.accuracy
         FROM mc_only m
         JOIN accuracy o USING (model, method, structure, sparsity, dataset, lang)
@@ -518,7 +521,8 @@ def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run
         JOIN accuracy mc USING (model, method, structure, sparsity, dataset, lang)
         JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)
         JOIN oracle orc USING (model, method, structure, sparsity, dataset, lang)
-        WHERE o.format = 'open' AND c.format = 'candidates' AND mc.format = 'mc' AND orc.decode = 'oracle'
+        WHERE o.format = 'open' AND c.format = 'candidates' AND mc.format = 'mc' \
+AND orc.decode = 'oracle'
           AND m.lang <> 'all'""").fetchall()
     assert len(got) == want.height == 2 * (1 + len(CHECKPOINTS))
     table = {(r[0], r[1], r[2]): r[3:] for r in got}
@@ -644,7 +648,8 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     assert con.execute(
         "SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'"
     ).fetchone() == (1 + len(CHECKPOINTS),)
-    # the support gradient covers every checkpoint x language x format (the dense row: the noise floor)
+    # the support gradient covers every checkpoint x language x format (the dense row: the noise
+    # floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
         (1 + len(CHECKPOINTS)) * 2 * 4,
     )
@@ -694,7 +699,8 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
     assert con.execute("SELECT count(DISTINCT item_id) FROM concept_activations").fetchone() == (
         sum(items.values()),
     )
-    # chi_model for every checkpoint x format, per language and pooled; damage for every pruned checkpoint
+    # chi_model for every checkpoint x format, per language and pooled; damage for every pruned
+    # checkpoint
     ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
                            WHERE population = 'selected'""").fetchone()[0]
     assert ckpts == (1 + len(CHECKPOINTS)) * 3 * 3
@@ -712,24 +718,28 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
         ).fetchall()
     }
     assert {"under", "over", "typical"} <= classes
-    assert con.execute("""SELECT count(*) FROM chi_bench WHERE (coverage = 'under' AND chi_bench > under_threshold)
+    assert con.execute("""SELECT count(*) FROM chi_bench \
+WHERE (coverage = 'under' AND chi_bench > under_threshold)
                           OR (coverage = 'over' AND chi_bench < over_threshold)
                           OR (coverage = 'missing' AND n_active > 0)""").fetchone() == (0,)
     # labels: a label and examples with the marked token for every latent that fires
     lab = con.execute("""SELECT count(*) FILTER (WHERE label IS NULL OR len(examples) = 0),
-                                count(*) FILTER (WHERE NOT contains(examples[1].context, '[[')) FROM concept_labels
+                                count(*) FILTER (WHERE NOT contains(examples[1].context, '[[')) \
+FROM concept_labels
                          WHERE n_fired > 0""").fetchone()
     assert lab == (0, 0)
 
 
 def test_concept_stability_on_80_percent_subsamples(smoke_run):
-    """chi_bench and chi_model recomputed on 3 seeded subsamples keeping 80% of each benchmark's items."""
+    """chi_bench and chi_model recomputed on 3 seeded subsamples keeping 80% of each benchmark's
+    items."""
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
     rows = {
         (r[0], r[1]): r[2:]
         for r in con.execute(
-            """SELECT metric, scope, n_values, median_abs_change, p90_abs_change, median_rel_change, median_spearman
+            """SELECT metric, scope, n_values, median_abs_change, p90_abs_change, \
+median_rel_change, median_spearman
            FROM concept_stability WHERE fraction = 0.8 AND repeats = 3"""
         ).fetchall()
     }
@@ -793,8 +803,9 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
     pca = sae_train.pca_fve(train.acts, held.acts, 32)
     stored = json.loads((out / "fit.json").read_text())
     print(
-        f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, L0 {fit['l0']:.1f}, "
-        f"dead {fit['dead_fraction']:.4f}; PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s"
+        f"smoke SAE (1024 latents, k=32, layer 15): held-out FVE {fit['fve']:.3f}, "
+        f"L0 {fit['l0']:.1f}, dead {fit['dead_fraction']:.4f}; "
+        f"PCA with 32 components {pca:.3f}; trained in {stored['seconds']} s"
     )
     assert fit["fve"] >= 0.6 and fit["fve"] > pca + 0.1 and fit["l0"] <= 32
     assert fit["fve"] == pytest.approx(stored["fve"], abs=1e-4)
@@ -815,7 +826,8 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
 
 
 def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
-    """models.<name>.sae.path: a folder in SAELens' format, read by SAELens, checked and written back."""
+    """models.<name>.sae.path: a folder in SAELens' format, read by SAELens, checked and written
+    back."""
     import torch
     from sae_lens import SAE
 
@@ -1076,7 +1088,8 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     before = pl.read_parquet(work / target).drop("seconds")
     start_and_kill_mid_evaluation(work, cfg, target, rule_log, whole_run)
     if whole_run:
-        # a killed Snakemake leaves its lock on the working directory; --unlock is the documented way out
+        # a killed Snakemake leaves its lock on the working directory; --unlock is the documented
+        # way out
         locked = snakemake(
             work, cfg, "--rerun-incomplete", target
         )  # a dry run takes no lock: try for real

@@ -1,4 +1,5 @@
-"""The batched primitives equal naive one-sequence computations on a tiny real-architecture model."""
+"""The batched primitives equal naive one-sequence computations on a tiny real-architecture
+model."""
 
 from __future__ import annotations
 
@@ -136,7 +137,9 @@ def test_pad_batch_left_and_right():
     assert mask.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
     assert ids.dtype == mask.dtype == torch.long
     left = engine.left_pad(seqs, 9, "cpu")
-    assert all(torch.equal(a, b) for a, b in zip(left, engine.pad_batch(seqs, 9, "cpu")))
+    assert all(
+        torch.equal(a, b) for a, b in zip(left, engine.pad_batch(seqs, 9, "cpu"), strict=True)
+    )
     with pytest.raises(ValueError, match="side"):
         engine.pad_batch(seqs, 9, "cpu", side="middle")
 

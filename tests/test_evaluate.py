@@ -100,7 +100,10 @@ def test_mc_scores_equal_one_forward_per_option(tiny, bundled_tokenizer, items, 
         p_ids = encode(bundled_tokenizer, prompt)
         for k, opt in enumerate(item["options"]):
             joint = encode(bundled_tokenizer, prompt + sep + opt)
-            start = next((i for i, (a, b) in enumerate(zip(joint, p_ids)) if a != b), len(p_ids))
+            start = next(
+                (i for i, (a, b) in enumerate(zip(joint, p_ids, strict=False)) if a != b),
+                len(p_ids),
+            )
             want = naive_logprob(tiny, joint[:start], joint[start:])
             assert row["option_ll"][k] == pytest.approx(want, abs=1e-4), (row["item_id"], k)
             assert row["option_ll_per_byte"][k] == pytest.approx(want / len(opt.encode()), abs=1e-4)
@@ -111,7 +114,8 @@ def test_mc_scores_equal_one_forward_per_option(tiny, bundled_tokenizer, items, 
 
 
 def _reference_gold(tok, model, prompt, answers):
-    """Per gold, the slow way: skip leading whitespace-only tokens, rank the next one by a full forward pass."""
+    """Per gold, the slow way: skip leading whitespace-only tokens, rank the next one by a full
+    forward pass."""
     p_ids = encode(tok, prompt)
     out = []
     for a in answers:
@@ -167,7 +171,8 @@ NUMERIC_ITEMS = [
 def test_gold_rank_ranks_the_first_visible_token_by_argsort_of_the_logits(
     tiny, bundled_tokenizer, items
 ):
-    """Leading whitespace tokens (' ' before digits, before Bengali bytes) are teacher-forced, then ranked."""
+    """Leading whitespace tokens (' ' before digits, before Bengali bytes) are teacher-forced, then
+    ranked."""
     all_items = pl.concat([items, pl.DataFrame(NUMERIC_ITEMS)])
     settings = EvalSettings(formats=("open",), batch_size=4, max_new_tokens=4)
     df = evaluate_items(
@@ -230,7 +235,8 @@ def test_whole_gold_logprob_equals_the_mc_score_of_the_gold_option(tiny, bundled
 def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(
     bundled_tokenizer, gold, visible, partial
 ):
-    """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces are flagged."""
+    """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces
+    are flagged."""
     from benchmark_illusion.decoding import Tokens
     from benchmark_illusion.engine import ContinuationScores
     from benchmark_illusion.evaluate import _gold_continuations, _gold_rank
@@ -268,8 +274,10 @@ def test_batching_does_not_change_results(tiny, bundled_tokenizer, items):
     a, b = runs
     assert a["output"].to_list() == b["output"].to_list()
     assert a["gold_rank"].to_list() == b["gold_rank"].to_list()
-    for x, y in zip(a["option_ll"].to_list(), b["option_ll"].to_list()):
-        assert (x is None and y is None) or max(abs(p - q) for p, q in zip(x, y)) < 1e-4
+    for x, y in zip(a["option_ll"].to_list(), b["option_ll"].to_list(), strict=True):
+        assert (x is None and y is None) or max(
+            abs(p - q) for p, q in zip(x, y, strict=True)
+        ) < 1e-4
 
 
 def test_rows_follow_the_log_schema(tiny, bundled_tokenizer, items):
@@ -376,10 +384,12 @@ def test_open_rows_log_hedge_repeat_and_options_named():
 
 
 QWEN3_STYLE_TEMPLATE = (
-    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
-    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
     "{%- endif %}"
 )
 

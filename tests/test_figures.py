@@ -143,7 +143,8 @@ def test_figures_for_a_dense_only_run(tmp_path):
 
 
 def test_figures_with_every_item_decoded(tmp_path):
-    """recovery.scope all: the oracle rows are complete (the figure draws them), false recovery too."""
+    """recovery.scope all: the oracle rows are complete (the figure draws them), false recovery
+    too."""
     db = database(
         tmp_path, [("wanda", "unstructured", 0.25), ("wanda", "unstructured", 0.5)], decode_all=True
     )

@@ -441,7 +441,10 @@ def assert_passage_item(item: dict) -> None:
 
 
 def test_split_sentences_keeps_decimals_and_abbreviations():
-    text = "It is 3.5 m long. Dr. Smith came, e.g. by car! J. R. Tolkien wrote it. 你好。再见！ok\nNew line"
+    text = (
+        "It is 3.5 m long. Dr. Smith came, e.g. by car! J. R. Tolkien wrote it. "
+        "你好。再见！ok\nNew line"
+    )
     got = [text[a:b] for a, b in split_sentences(text)]
     assert got == [
         "It is 3.5 m long.",
@@ -498,7 +501,9 @@ def test_answers_of_the_passage_come_first_then_spans():
     assert sorted(rahway["distractor_sources"]) == ["answer", "answer", "span"]
     assert "1886" in rahway["options"]
     span = next(
-        o for o, src in zip(distractors_of(rahway), rahway["distractor_sources"]) if src == "span"
+        o
+        for o, src in zip(distractors_of(rahway), rahway["distractor_sources"], strict=True)
+        if src == "span"
     )
     assert span[0].isupper()
 
@@ -549,7 +554,8 @@ def test_spans_never_overlap_a_gold_chinese():
         item = items.to_dicts()[0]
         assert_passage_item(item)
         for d in distractors_of(item):
-            # characters of the passage, four judge tokens like the gold, no digit (the gold has none)
+            # characters of the passage, four judge tokens like the gold, no digit (the gold has
+            # none)
             assert len(tokenize(d, "zh")) == 4 and not any(c.isdigit() for c in d), d
             assert "，" not in d and "。" not in d
             assert "北京大学" not in d and d not in "北京大学"

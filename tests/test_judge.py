@@ -705,7 +705,8 @@ def test_cli_open_in_process_and_light(capsys):
         "import sys, json\n"
         "from benchmark_illusion.__main__ import main\n"
         "rc = main(['judge', '--lang', 'tr', '--gold', '1850', \"1850'den\"])\n"
-        "print(json.dumps({'rc': rc, 'heavy': [m for m in ('torch', 'polars', 'duckdb') if m in sys.modules]}))\n"
+        "print(json.dumps({'rc': rc, "
+        "'heavy': [m for m in ('torch', 'polars', 'duckdb') if m in sys.modules]}))\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     verdict, meta = (json.loads(line) for line in p.stdout.splitlines())

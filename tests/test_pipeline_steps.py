@@ -127,7 +127,7 @@ def test_evaluation_reads_only_its_params_and_hashes_them(config, tiny_dir, item
         **meta,
     )
     # scope all: every recovery decode ran on every item
-    assert set(zip(full["format"], full["decode"])) >= {
+    assert set(zip(full["format"], full["decode"], strict=True)) >= {
         ("open", "beam"),
         ("open", "sample"),
         ("oneshot", "greedy"),

@@ -84,7 +84,7 @@ def test_per_matrix_and_n_of_m_masks():
     assert nm_violations(w, 2, 4) == 1
 
 
-# ----------------------------------------------------------------- whole-model pruning on a tiny model
+# -------------------------------------------------------------- whole-model pruning on a tiny model
 
 
 def _captured_inputs(model, layer_idx, data):
@@ -120,7 +120,9 @@ def test_wanda_masks_equal_the_formula_on_real_activations():
                 k = lin.weight.shape[1] // 2
                 idx = torch.argsort(score, dim=1)[:, :k]
                 lin.weight.data.scatter_(1, idx, 0.0)
-    for (name, got), (_, want) in zip(linears(model).items(), linears(reference).items()):
+    for (name, got), (_, want) in zip(
+        linears(model).items(), linears(reference).items(), strict=True
+    ):
         assert torch.equal(got.weight == 0, want.weight == 0), name
         assert torch.equal(got.weight, want.weight), name
 
@@ -129,7 +131,9 @@ def test_magnitude_masks_equal_the_formula():
     model = make_tiny_model(VOCAB, seed=6)
     reference = copy.deepcopy(model)
     report = prune_model(model, None, PruneSettings("magnitude", 0.3), progress=False)
-    for (name, got), (_, ref) in zip(linears(model).items(), linears(reference).items()):
+    for (name, got), (_, ref) in zip(
+        linears(model).items(), linears(reference).items(), strict=True
+    ):
         w = ref.weight.abs().flatten()
         k = round(w.numel() * 0.3)
         pruned = set(torch.argsort(w)[:k].tolist())
@@ -236,7 +240,8 @@ def test_settings_and_report_checks_fail_clearly():
 
 @pytest.mark.e2e
 def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
-    """On real activations of SmolLM2 (layer 5), ||WX - W'X|| at 50%: SparseGPT < Wanda, magnitude."""
+    """On real activations of SmolLM2 (layer 5), ||WX - W'X|| at 50%: SparseGPT < Wanda,
+    magnitude."""
     import json
     from pathlib import Path
 
@@ -255,7 +260,9 @@ def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
     for name in ("self_attn.q_proj", "mlp.down_proj"):
         lin = dict(layer.named_modules())[name]
         xs = []
-        h = lin.register_forward_hook(lambda m, a, o: xs.append(a[0].reshape(-1, a[0].shape[-1])))
+        h = lin.register_forward_hook(
+            lambda m, a, o, xs=xs: xs.append(a[0].reshape(-1, a[0].shape[-1]))
+        )
         with torch.no_grad():
             model(input_ids=ids[:6], use_cache=False)  # calibration
             h.remove()

@@ -225,7 +225,8 @@ def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_token
     # a random model rarely stops: the long golds' rows write past the configured 8 tokens
     long_rows = gen.filter(pl.col("item_id") == "bn-1")
     assert long_rows["n_output_tokens"].max() > 8
-    # rows of items with a short gold keep the configured budget, so batching by budget changes nothing for them
+    # rows of items with a short gold keep the configured budget, so batching by budget changes
+    # nothing for them
     short = gen.filter(pl.col("item_id") == "en-1")
     assert need["en-1"] + 4 <= 8 and set(short["max_new_tokens"]) == {8}
 

@@ -155,7 +155,8 @@ def test_fve_and_fit_stats_by_hand():
     with torch.no_grad():
         sae.W_enc.copy_(torch.eye(2))
         sae.W_dec.copy_(torch.eye(2))
-    # k=1 keeps the larger coordinate: [0,0] -> 0, [2,0] -> exact, [0,2] -> exact, [2,2] -> one 2 lost
+    # k=1 keeps the larger coordinate: [0,0] -> 0, [2,0] -> exact, [0,2] -> exact,
+    # [2,2] -> one 2 lost
     stats = T.fit_stats(sae, x)
     assert stats["fve"] == pytest.approx(1 - 4 / 8)
     assert stats["l0"] == pytest.approx(3 / 4)
@@ -307,7 +308,7 @@ ITEM = {
 
 def test_item_prompt_keeps_only_the_passage_and_question_tokens(bundled_tokenizer):
     ids, keep = C.item_prompt(bundled_tokenizer, PromptSettings(), ITEM, "content")
-    kept = bundled_tokenizer.decode([t for t, k in zip(ids, keep) if k])
+    kept = bundled_tokenizer.decode([t for t, k in zip(ids, keep, strict=True) if k])
     assert "Paris is the capital of France." in kept and "What is the capital of France?" in kept
     assert "Read the passage" not in kept and "Answer:" not in kept and "<|im_start|>" not in kept
     all_ids, all_keep = C.item_prompt(bundled_tokenizer, PromptSettings(), ITEM, "prompt")
@@ -339,8 +340,8 @@ def test_item_prompt_names_the_item_when_its_body_is_not_in_the_prompt(
 
 
 def test_concept_settings_defaults_are_the_schemas():
-    """Each rule's settings from the params its rule passes (a minimal config, schema defaults filled
-    in) equal the dataclass defaults."""
+    """Each rule's settings from the params its rule passes (a minimal config, schema defaults
+    filled in) equal the dataclass defaults."""
     config = validate_config(minimal())
     assert C.ConceptSettings.for_sae(rule_params.sae(config, "m")) == C.ConceptSettings()
     assert C.ConceptSettings.for_labels(rule_params.labels(config)) == C.ConceptSettings()

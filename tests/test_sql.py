@@ -167,8 +167,9 @@ def test_item_outcomes_by_hand(db):
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT item_id, open_correct, mc_correct, mc_only, beam_top, beam_any, sample_pass, sample_majority, "
-            "oneshot, recovered, status, gold_rank, dense_gold_rank FROM item_outcomes WHERE method = 'w'"
+            "SELECT item_id, open_correct, mc_correct, mc_only, beam_top, beam_any, sample_pass, "
+            "sample_majority, oneshot, recovered, status, gold_rank, dense_gold_rank "
+            "FROM item_outcomes WHERE method = 'w'"
         ).fetchall()
     }
     assert got["i1"] == (False, True, True, False, True, True, False, False, True, "demoted", 3, 1)
@@ -205,7 +206,8 @@ def test_rates_by_hand(db):
     assert rate(db, "drop_open") == (4, 0.75)
     assert rate(db, "drop_candidates") == (4, 0.25)
     assert rate(db, "drop_mc") == (4, 0.25)
-    # the dense row's reference is the selection run (here the same rows): its drop is the noise floor
+    # the dense row's reference is the selection run (here the same rows): its drop is the noise
+    # floor
     assert rate(db, "drop_open", method="dense") == (4, 0.0)
     # candidates minus open per item: [1,0,0,0]
     assert rate(db, "delta_pr") == (4, 0.25)
@@ -221,7 +223,8 @@ def test_rates_by_hand(db):
     # over the three wrong open answers: i1 demoted, i2 erased, i3 demoted
     assert rate(db, "demoted") == (3, 2 / 3)
     assert rate(db, "erased") == (3, 1 / 3)
-    # gold ranks: MC-only 3, 40; open-correct 1; dense-failed pool items 12, 2 (i6: a byte piece, no rank)
+    # gold ranks: MC-only 3, 40; open-correct 1; dense-failed pool items 12, 2 (i6: a byte piece,
+    # no rank)
     assert rate(db, "top1_mc_only") == (2, 0.0)
     assert rate(db, "top5_mc_only") == (2, 0.5)
     assert rate(db, "top10_open_correct") == (1, 1.0)
@@ -247,8 +250,8 @@ def test_support_gradient_by_hand(db):
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT format, n_items, reference, reference_accuracy, accuracy, drop, noise_floor FROM support_gradient "
-            "WHERE lang = 'en' AND method = 'w'"
+            "SELECT format, n_items, reference, reference_accuracy, accuracy, drop, noise_floor "
+            "FROM support_gradient WHERE lang = 'en' AND method = 'w'"
         ).fetchall()
     }
     assert got == {
@@ -267,7 +270,8 @@ def test_delta_pr_by_hand(db):
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT method, n_items, acc_candidates, acc_open, delta_pr FROM delta_pr WHERE lang = 'en'"
+            "SELECT method, n_items, acc_candidates, acc_open, delta_pr FROM delta_pr "
+            "WHERE lang = 'en'"
         ).fetchall()
     }
     assert got == {"dense": (4, 0.75, 1.0, -0.25), "w": (4, 0.5, 0.25, 0.25)}
@@ -298,11 +302,13 @@ def test_mc_only_by_hand(db):
 
 
 def test_chance_adjusted_accuracy_by_hand(db):
-    # mc [1,1,0,1] with K = 4: (0.75 - 0.25) / 0.75 = 2/3; candidates [1,0,0,1]: (0.5 - 0.25) / 0.75 = 1/3
+    # mc [1,1,0,1] with K = 4: (0.75 - 0.25) / 0.75 = 2/3;
+    # candidates [1,0,0,1]: (0.5 - 0.25) / 0.75 = 1/3
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT format, chance, accuracy_chance_adj FROM accuracy WHERE method = 'w' AND lang = 'en'"
+            "SELECT format, chance, accuracy_chance_adj FROM accuracy "
+            "WHERE method = 'w' AND lang = 'en'"
         ).fetchall()
     }
     assert got["mc"] == (0.25, pytest.approx(2 / 3))
@@ -328,7 +334,8 @@ def test_noise_floor_when_the_dense_model_disagrees_with_its_selection_run(tmp_p
     got = {
         r[0]: r[1:]
         for r in con.execute(
-            "SELECT method, drop, noise_floor FROM support_gradient WHERE lang = 'en' AND format = 'open'"
+            "SELECT method, drop, noise_floor FROM support_gradient "
+            "WHERE lang = 'en' AND format = 'open'"
         ).fetchall()
     }
     # w's drop is now from the re-evaluated dense model: [1,0,1,0]
@@ -345,7 +352,8 @@ def test_false_recovery_by_hand(tmp_path):
     got = {
         r[0]: r[1:]
         for r in con.execute(
-            "SELECT decode, rate, false_recovery_rate, corrected_rate FROM recovery WHERE lang = 'en'"
+            "SELECT decode, rate, false_recovery_rate, corrected_rate FROM recovery "
+            "WHERE lang = 'en'"
         ).fetchall()
     }
     # over the MC-only items i1, i2: sample_pass [1,0]; its decoy [1,0]; corrected [0,0]
@@ -363,14 +371,15 @@ def test_oracle_by_hand(db):
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT decode, n_items, n_selected, complete, accuracy, dense_accuracy, drop FROM oracle "
-            "WHERE method = 'w' AND lang = 'en'"
+            "SELECT decode, n_items, n_selected, complete, accuracy, dense_accuracy, drop "
+            "FROM oracle WHERE method = 'w' AND lang = 'en'"
         ).fetchall()
     }
     # greedy [0,0,0,1]; oracle: i1 recovered, i2 not, i3 recovered, i4 right in greedy -> [1,0,1,1]
     assert got["greedy"] == (4, 4, True, 0.25, 1.0, 0.75)
     assert got["oracle"] == (4, 4, True, 0.75, 1.0, 0.25)
-    # beams ran on i1 and i2 only (scope mc_only): not the paper's number, and no dense beams to compare
+    # beams ran on i1 and i2 only (scope mc_only): not the paper's number, and no dense beams to
+    # compare
     assert got["beam_any"] == (2, 4, False, 0.5, None, None)
     dense = {
         r[0]: r[1:]
@@ -402,8 +411,8 @@ def test_gold_rank_by_hand(db):
     got = {
         r[0]: r[1:]
         for r in db.execute(
-            "SELECT method || '/' || item_group, n_items, n_partial, median, q25, q75, top1, top5, top10 FROM gold_rank "
-            "WHERE lang = 'en'"
+            "SELECT method || '/' || item_group, n_items, n_partial, median, q25, q75, "
+            "top1, top5, top10 FROM gold_rank WHERE lang = 'en'"
         ).fetchall()
     }
     # quantile_cont interpolates: [3, 40] -> median 21.5, q25 3 + 0.25 * 37 = 12.25, q75 30.75.
@@ -424,10 +433,11 @@ def test_gold_rank_cdf_by_hand(db):
 
 
 def test_selection_by_hand(db):
-    # pool: i1..i4 right in open and mc (i4 wrong in candidates); i5 right only in mc; i6, i7 wrong in both
+    # pool: i1..i4 right in open and mc (i4 wrong in candidates); i5 right only in mc; i6, i7 wrong
+    # in both
     assert db.execute(
-        "SELECT method, n_items, n_pool, open_correct, candidates_correct, mc_correct, both_correct, "
-        "n_selected FROM selection"
+        "SELECT method, n_items, n_pool, open_correct, candidates_correct, mc_correct, "
+        "both_correct, n_selected FROM selection"
     ).fetchone() == ("dense", 4, 7, 4, 3, 5, 4, 4)
 
 
@@ -487,7 +497,8 @@ def test_accuracy_by_distractor_source_by_hand(tmp_path):
     got = {
         r[:4]: r[4:]
         for r in con.execute(
-            "SELECT method, lang, distractors_in_passage, format, n_items, accuracy FROM accuracy_by_distractor_source"
+            "SELECT method, lang, distractors_in_passage, format, n_items, accuracy "
+            "FROM accuracy_by_distractor_source"
         ).fetchall()
     }
     # mc: dense 1,1 | 1,1; w 1,1 (i1, i2) | 0,1 (i3, i4). candidates: dense 1,1 | 1,0; w 1,0 | 0,1
@@ -582,7 +593,8 @@ def test_every_table_carries_the_identifying_columns(db):
 def test_bootstrap_weights_resample_each_benchmark(db):
     n_boot = MetricSettings().bootstrap_replicates
     got = db.execute(
-        "SELECT population, count(DISTINCT b), min(s), max(s) FROM (SELECT population, b, sum(w) AS s "
+        "SELECT population, count(DISTINCT b), min(s), max(s) "
+        "FROM (SELECT population, b, sum(w) AS s "
         "FROM bootstrap_weights GROUP BY ALL) GROUP BY ALL ORDER BY 1"
     ).fetchall()
     # every replicate draws n items: 7 in the pool, 4 selected
@@ -604,7 +616,8 @@ def test_intervals_equal_an_independent_percentile_bootstrap(db):
         reps = [sum(w * items[i] for i, w in d) / sum(w for _, w in d) for d in draws.values()]
         lo, hi = np.percentile(reps, [2.5, 97.5])  # linear interpolation, as quantile_cont
         got = db.execute(
-            "SELECT ci_low, ci_high, n_boot FROM rates WHERE method = 'w' AND lang = 'en' AND metric = ?",
+            "SELECT ci_low, ci_high, n_boot FROM rates "
+            "WHERE method = 'w' AND lang = 'en' AND metric = ?",
             [metric],
         ).fetchone()
         assert got == (pytest.approx(lo), pytest.approx(hi), len(reps))
@@ -716,9 +729,11 @@ def test_zero_mc_only_items(tmp_path):
 
 def test_one_language_pooled_rows_equal_the_language_rows(db):
     diff = db.execute("""
-        SELECT a.metric FROM rates a JOIN rates b USING (model, method, structure, sparsity, metric, population)
+        SELECT a.metric FROM rates a \
+JOIN rates b USING (model, method, structure, sparsity, metric, population)
         WHERE a.lang = 'en' AND b.lang = 'all'
-          AND NOT (a.n_items = b.n_items AND a.value = b.value AND a.ci_low = b.ci_low AND a.ci_high = b.ci_high)
+          AND NOT (a.n_items = b.n_items AND a.value = b.value \
+AND a.ci_low = b.ci_low AND a.ci_high = b.ci_high)
     """).fetchall()
     assert diff == []
     assert (
@@ -804,7 +819,8 @@ def test_bad_metric_settings_are_refused(tmp_path):
 
 
 def test_position_bias_by_hand(tmp_path):
-    """Four selected items with the gold at A, B, C, D; the checkpoint answers C three times in candidates."""
+    """Four selected items with the gold at A, B, C, D; the checkpoint answers C three times in
+    candidates."""
     gens = []
     for item, gold in (("i1", 0), ("i2", 1), ("i3", 2), ("i4", 3)):
         for method, cand, mc in (("dense", gold, gold), ("w", 2 if item != "i4" else None, 0)):
@@ -834,8 +850,8 @@ def test_position_bias_by_hand(tmp_path):
     got = {
         (m, f, p): (n, c, s, g, u)
         for m, f, p, n, c, s, g, u in con.execute(
-            "SELECT method, format, position, n_items, n_chosen, share, gold_share, uniform FROM position_bias "
-            "WHERE lang = 'en'"
+            "SELECT method, format, position, n_items, n_chosen, share, gold_share, uniform "
+            "FROM position_bias WHERE lang = 'en'"
         ).fetchall()
     }
     assert got[("w", "candidates", "C")] == (4, 3, 0.75, 0.25, 0.25)
@@ -927,7 +943,8 @@ def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsy
     con = duckdb.connect(str(file_db))
     con.execute(
         "CREATE OR REPLACE VIEW report_summary AS "
-        "SELECT model, method, structure, sparsity, dataset, lang, 'from the view' AS marker FROM mc_only"
+        "SELECT model, method, structure, sparsity, dataset, lang, 'from the view' AS marker "
+        "FROM mc_only"
     )
     con.close()
     assert (

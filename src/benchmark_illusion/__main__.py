@@ -1,15 +1,18 @@
 """Command line: query the results without writing Python.
 
-  python -m benchmark_illusion sql "SELECT * FROM accuracy"      # any SQL, printed as a table
+  # any SQL, printed as a table (or as CSV)
+  python -m benchmark_illusion sql "SELECT * FROM accuracy"
   python -m benchmark_illusion sql --csv "SELECT ..." > out.csv
-  python -m benchmark_illusion tables                            # what the database holds
-  python -m benchmark_illusion summary                           # one line per checkpoint, languages pooled
-  python -m benchmark_illusion summary --by-lang                 # one line per checkpoint and language
-  python -m benchmark_illusion concepts                          # SAE fit, best/least covered concepts,
-                                                                 # the dense model's gaps, pruning damage
+  # what the database holds
+  python -m benchmark_illusion tables
+  # one line per checkpoint, languages pooled (--by-lang: per checkpoint and language)
+  python -m benchmark_illusion summary
+  python -m benchmark_illusion summary --by-lang
+  # SAE fit, best/least covered concepts, the dense model's gaps, pruning damage
+  python -m benchmark_illusion concepts
+  # the judge's verdict on one answer, as JSON
   python -m benchmark_illusion judge --lang en --gold Paris "The capital is Paris"
-                                                                 # the judge's verdict on one answer, as JSON
-  python -m benchmark_illusion judge --lang en --format candidates --gold 1427 \
+  python -m benchmark_illusion judge --lang en --format candidates --gold 1427 \\
       --option 1427 --option 1500 --option 1600 --option 1700 "1500, 1427, 1600, 1700"
 """
 
@@ -37,17 +40,23 @@ SUMMARY_BY_LANG_SQL = (
 )
 
 DAMAGE_TITLE = (
-    "Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, the drop its "
-    "languages predict, the excess, with intervals, and the test's BH q-value)"
+    "Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, "
+    "the drop its languages predict, the excess, with intervals, and the test's BH q-value)"
 )
 # What qualifies, and why nothing may: the settings the damage tests ran with (docs/concepts.md).
 DAMAGE_CRITERIA_SQL = "SELECT fdr_q, permutations, tested FROM report_damage_criteria"
 
 CONCEPT_SQL = {
     "SAE fit (held-out positions)": "SELECT * FROM report_concept_sae ORDER BY model",
-    "Best covered concepts (chi_bench across benchmarks)": "SELECT * EXCLUDE (rank) FROM report_best_covered WHERE rank <= {n} ORDER BY model, rank",
-    "Least covered active concepts (chi_bench across benchmarks)": "SELECT * EXCLUDE (rank) FROM report_least_covered WHERE rank <= {n} ORDER BY model, rank",
-    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)": "SELECT * EXCLUDE (rank) FROM report_dense_gaps WHERE rank <= {n} ORDER BY model, rank",
+    "Best covered concepts (chi_bench across benchmarks)": (
+        "SELECT * EXCLUDE (rank) FROM report_best_covered WHERE rank <= {n} ORDER BY model, rank"
+    ),
+    "Least covered active concepts (chi_bench across benchmarks)": (
+        "SELECT * EXCLUDE (rank) FROM report_least_covered WHERE rank <= {n} ORDER BY model, rank"
+    ),
+    "The dense model's gaps (lowest chi_model in open on its pool, supported concepts)": (
+        "SELECT * EXCLUDE (rank) FROM report_dense_gaps WHERE rank <= {n} ORDER BY model, rank"
+    ),
     DAMAGE_TITLE: "SELECT * EXCLUDE (rank) FROM report_concept_damage WHERE rank <= {n} "
     "ORDER BY model, method, structure, sparsity, rank",
 }
@@ -55,9 +64,8 @@ CONCEPT_SQL = {
 
 def _open(db: str):
     """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
-    from .aggregate import (
-        connect,
-    )  # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
+    # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
+    from .aggregate import connect
 
     path = Path(db).resolve()
     con = connect(path)
@@ -73,7 +81,10 @@ def _missing_view_hint(con, cmd: str) -> str:
     ).fetchone()[0]
     if cmd == "concepts" and not has_concepts:
         return "this database has no concept tables (concepts.enabled: false)"
-    return "the database predates its report views: rebuild it, e.g. `make run`, which re-runs the aggregation"
+    return (
+        "the database predates its report views: rebuild it, e.g. `make run`, "
+        "which re-runs the aggregation"
+    )
 
 
 def _print(rel, csv: bool, max_rows: int) -> None:
@@ -108,7 +119,8 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
         options = args.option
         if len(options) < 2:
             parser.error(
-                f"argument --option: the candidates format needs at least 2 options, got {len(options)}"
+                "argument --option: the candidates format needs at least 2 options, "
+                f"got {len(options)}"
             )
         if args.style == "letters" and len(options) > len(LABEL_LETTERS):
             parser.error(
@@ -117,7 +129,8 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
         gold = _gold_option(options, args.gold, args.lang)
         if gold is None:
             parser.error(
-                "argument --gold: no --option equals a --gold (candidates needs the gold among the options)"
+                "argument --gold: no --option equals a --gold "
+                "(candidates needs the gold among the options)"
             )
         v = judge_candidates(
             args.output, options, gold, args.lang, letters=args.style == "letters", **common
@@ -145,7 +158,8 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
 
 
 def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
-    """Index of the first option equal to a gold: the same string, else the same judge tokens; None if none."""
+    """Index of the first option equal to a gold: the same string, else the same judge tokens;
+    None if none."""
     gold_tokens = [t for t in (tokenize(g, lang) for g in golds) if t]
     for k, o in enumerate(options):
         if o in golds:
@@ -244,16 +258,17 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 fdr_q, n_perm, tested = con.execute(DAMAGE_CRITERIA_SQL).fetchall()[0]
                 criteria = (
-                    f"BH q < {fdr_q:g} among the supported concepts of the checkpoint and a drop above its "
-                    "languages' drop"
+                    f"BH q < {fdr_q:g} among the supported concepts of the checkpoint "
+                    "and a drop above its languages' drop"
                 )
                 if len(rel.pl()):
                     print(f"  ({criteria})")
                     _print(rel, False, 10_000)
                 else:
                     print(
-                        f"  no concept is significantly damaged ({criteria}; {tested or 0} concepts tested per "
-                        f"checkpoint, {n_perm} permutations: the smallest p is 1/{n_perm + 1})"
+                        f"  no concept is significantly damaged ({criteria}; "
+                        f"{tested or 0} concepts tested per checkpoint, "
+                        f"{n_perm} permutations: the smallest p is 1/{n_perm + 1})"
                     )
         else:
             _print(con.sql(SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL), args.csv, 10_000)

@@ -39,25 +39,30 @@ def create_views(
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
     con.execute(
-        f"CREATE OR REPLACE VIEW generations AS SELECT * FROM read_parquet({parquet_list(generations)}, union_by_name = true)"
+        "CREATE OR REPLACE VIEW generations AS SELECT * "
+        f"FROM read_parquet({parquet_list(generations)}, union_by_name = true)"
     )
     con.execute(
-        f"CREATE OR REPLACE VIEW pool AS SELECT * FROM read_parquet({parquet_list(pool)}, union_by_name = true)"
+        "CREATE OR REPLACE VIEW pool AS SELECT * "
+        f"FROM read_parquet({parquet_list(pool)}, union_by_name = true)"
     )
     # results/selected/{model}/{dataset}/{lang}.parquet: the model is the third path part.
     con.execute(
-        "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, * EXCLUDE (filename) "
+        "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, "
+        "* EXCLUDE (filename) "
         f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
     )
     columns = {r[0] for r in con.execute("DESCRIBE selected_items").fetchall()}
     if "distractors_in_passage" not in columns:
         con.execute(
-            "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, "
+            "CREATE OR REPLACE VIEW selected_items AS "
+            "SELECT split_part(filename, '/', -3) AS model, "
             "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
             f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
         )
     con.execute(
-        "CREATE OR REPLACE TABLE item_drops (dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)"
+        "CREATE OR REPLACE TABLE item_drops "
+        "(dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)"
     )
     rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
     if rows:
@@ -116,7 +121,9 @@ def run_sql(
 def run_sql_files(
     con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: MetricSettings | None = None
 ) -> None:
-    """Run the metric files with their parameters: bootstrap_seed, bootstrap_replicates, ci_level."""
+    """Run the metric files with their parameters: bootstrap_seed, bootstrap_replicates,
+    ci_level."""
+
     s = settings or MetricSettings()
     if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
         raise ValueError(

@@ -31,7 +31,8 @@ class CalibrationError(ValueError):
 
 
 def heldout_passages(item_files: list[str | Path], selected_files: list[str | Path]) -> list[str]:
-    """Passages of items never evaluated after selection, excluding any passage a selected item uses."""
+    """Passages of items never evaluated after selection, excluding any passage a selected item
+    uses."""
     items = pl.concat([pl.read_parquet(f).select("item_id", "context") for f in item_files])
     selected_ids = set()
     for f in selected_files:
@@ -66,10 +67,12 @@ def c4_documents(cfg: dict, max_docs: int) -> list[str]:
         )
     except Exception as e:  # noqa: BLE001 -- network and hub errors come in many types
         raise CalibrationError(
-            f"calibration source c4_hub: could not load {opts['hub_id']} ({opts['data_files']}): {e}. "
+            f"calibration source c4_hub: could not load {opts['hub_id']} "
+            f"({opts['data_files']}): {e}. "
             "Without hub access use calibration.source: text_files or heldout_items."
         ) from e
-    return [row["text"] for row, _ in zip(ds, range(max_docs))]
+    # the first max_docs rows of the stream: range() is meant to run out first
+    return [row["text"] for row, _ in zip(ds, range(max_docs), strict=False)]
 
 
 def make_windows(
@@ -89,8 +92,9 @@ def make_windows(
             stream.append(sep)
     if len(stream) < need:
         raise CalibrationError(
-            f"calibration needs {n_windows} x {seq_len} = {need} tokens but the source has {len(stream)} "
-            f"({len(docs)} documents); lower calibration.n_windows or calibration.seq_len, or add text"
+            f"calibration needs {n_windows} x {seq_len} = {need} tokens "
+            f"but the source has {len(stream)} ({len(docs)} documents); "
+            "lower calibration.n_windows or calibration.seq_len, or add text"
         )
     slots = len(stream) // seq_len
     chosen = sorted(random.Random(seed + 1).sample(range(slots), n_windows))

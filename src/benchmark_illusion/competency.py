@@ -166,7 +166,8 @@ TESTS_SCHEMA = {
 # a permuted statistic counts as "at least the observed one" within this absolute tolerance (the
 # same sums in another order differ in the last bits; drops are in [-1, 1])
 _TIE_TOLERANCE = 1e-9
-# values held at once per concept block (concepts x max(permutations, replicates)): ~32 MB of doubles
+# values held at once per concept block (concepts x max(permutations, replicates)): ~32 MB of
+# doubles
 _BLOCK_VALUES = 4_000_000
 
 
@@ -191,14 +192,14 @@ def _row_quantiles(x: np.ndarray, probs: tuple[float, ...]) -> list[np.ndarray]:
     finite = np.isfinite(x)
     full = finite.all(axis=1)
     if full.any():  # the common case: numpy's partition-based quantile
-        for o, v in zip(out, np.quantile(x[full], probs, axis=1)):
+        for o, v in zip(out, np.quantile(x[full], probs, axis=1), strict=True):
             o[full] = v
     rest = np.nonzero(~full)[0]
     if len(rest):
         s = np.sort(x[rest], axis=1)  # NaN sorts last
         n = finite[rest].sum(axis=1)
         rows = np.arange(len(rest))
-        for o, q in zip(out, probs):
+        for o, q in zip(out, probs, strict=True):
             h = np.maximum(n - 1, 0) * q
             lo = np.floor(h).astype(np.int64)
             hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
@@ -215,13 +216,18 @@ def _permutation_ranks(
     n: int,
     settings: GapSettings,
 ) -> np.ndarray:
-    """(permutations x n): rank of each item (columns in item_id order) in permutation b. Permutation
-    b orders a benchmark's items by md5('seed|permutation|model|dataset|lang|b|item_id'), like the
-    bootstrap draws of workflow/sql/20_rates.sql: fixed by the seed, not by DuckDB or numpy."""
+    """(permutations x n): rank of each item (columns in item_id order) in permutation b.
+
+    Permutation b orders a benchmark's items by
+    md5('seed|permutation|model|dataset|lang|b|item_id'), like the bootstrap draws of
+    workflow/sql/20_rates.sql: fixed by the seed, not by DuckDB or numpy."""
     r = con.execute(
         f"""
-        SELECT (row_number() OVER (PARTITION BY p.b ORDER BY md5(concat_ws('|', ?, 'permutation', u.model, u.dataset,
-                                   u.lang, p.b, u.item_id)), u.item_id) - 1)::INTEGER AS r
+        SELECT (row_number() OVER (
+                    PARTITION BY p.b
+                    ORDER BY md5(concat_ws('|', ?, 'permutation', u.model, u.dataset, u.lang, p.b,
+                                           u.item_id)), u.item_id
+                ) - 1)::INTEGER AS r
         FROM _damage_units u, range({int(settings.permutations)}) AS p(b)
         WHERE u.model = ? AND u.dataset = ? AND u.lang = ?
         ORDER BY p.b, u.idx""",
@@ -244,7 +250,8 @@ def _benchmark_inputs(
     (replicates x items) and permutation ranks (permutations x items), items in item_id order."""
     a = con.execute(
         """SELECT u.idx, a.concept, a.activation::DOUBLE AS activation
-                       FROM concept_activations a JOIN _damage_units u USING (model, dataset, lang, item_id)
+                       FROM concept_activations a
+                           JOIN _damage_units u USING (model, dataset, lang, item_id)
                        WHERE u.model = ? AND u.dataset = ? AND u.lang = ? AND a.activation > 0""",
         [model, dataset, lang],
     ).fetchnumpy()
@@ -255,7 +262,8 @@ def _benchmark_inputs(
     w = con.execute(
         """SELECT u.idx, w.b, w.w FROM bootstrap_weights w
                        JOIN _damage_units u USING (model, dataset, lang, item_id)
-                       WHERE w.population = 'selected' AND u.model = ? AND u.dataset = ? AND u.lang = ?""",
+                       WHERE w.population = 'selected'
+                           AND u.model = ? AND u.dataset = ? AND u.lang = ?""",
         [model, dataset, lang],
     ).fetchnumpy()
     boot = np.zeros((replicates, n))
@@ -430,7 +438,8 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
     settings.check()
     con.execute("""CREATE OR REPLACE TEMP TABLE _damage_units AS
                    SELECT model, dataset, lang, item_id,
-                          (row_number() OVER (PARTITION BY model, dataset, lang ORDER BY item_id) - 1)::INTEGER AS idx
+                          (row_number() OVER (PARTITION BY model, dataset, lang ORDER BY item_id)
+                              - 1)::INTEGER AS idx
                    FROM (SELECT DISTINCT model, dataset, lang, item_id FROM concept_item_drops)""")
     try:
         frames = _damage_test_frames(con, settings)
@@ -439,15 +448,18 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
     tests = pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=TESTS_SCHEMA)
     con.register("damage_tests_frame", tests)
     con.execute(
-        "CREATE OR REPLACE TABLE concept_damage_tests AS SELECT * FROM damage_tests_frame ORDER BY ALL"
+        "CREATE OR REPLACE TABLE concept_damage_tests AS "
+        "SELECT * FROM damage_tests_frame ORDER BY ALL"
     )
     con.unregister("damage_tests_frame")
     replicates = _bootstrap_replicates(con) or 0
     con.execute(f"""CREATE OR REPLACE TABLE concept_damage_settings AS
                     SELECT {int(settings.permutations)}::INTEGER AS permutations,
                            {int(replicates or 0)}::INTEGER AS bootstrap_replicates,
-                           {float(settings.ci_level)!r}::DOUBLE AS ci_level, {float(settings.fdr_q)!r}::DOUBLE AS fdr_q,
-                           {int(settings.min_support)}::INTEGER AS min_support, {int(settings.seed)}::BIGINT AS seed""")
+                           {float(settings.ci_level)!r}::DOUBLE AS ci_level,
+                               {float(settings.fdr_q)!r}::DOUBLE AS fdr_q,
+                           {int(settings.min_support)}::INTEGER AS min_support,
+                               {int(settings.seed)}::BIGINT AS seed""")
     keys = "model, method, structure, sparsity, dataset, lang, concept"
     wide = ",\n".join(
         f"""max(ci_low) FILTER (WHERE format = '{f}') AS drop_{f}_ci_low,
@@ -459,7 +471,8 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
         for f in FORMATS
     )
     flags = ",\n".join(
-        f"coalesce(t.q_{f} < {float(settings.fdr_q)!r} AND d.excess_{f} > 0, false) AS significant_{f}"
+        f"coalesce(t.q_{f} < {float(settings.fdr_q)!r} AND d.excess_{f} > 0, false) "
+        f"AS significant_{f}"
         for f in FORMATS
     )
     con.execute(f"""
@@ -471,7 +484,8 @@ def damage_tests(con: duckdb.DuckDBPyConnection, settings: GapSettings) -> None:
 
 
 def _bootstrap_replicates(con: duckdb.DuckDBPyConnection) -> int | None:
-    """Replicates of the metric tables' item resamples (population 'selected'); None without them."""
+    """Replicates of the metric tables' item resamples (population 'selected'); None without
+    them."""
     has = con.execute(
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'bootstrap_weights'"
     ).fetchall()[0][0]
@@ -520,7 +534,8 @@ def _damage_test_frames(
         }
         drops = con.sql(
             """
-            SELECT c.method, c.structure, c.sparsity, c.format, c.dataset, c.lang, u.idx, c.item_drop
+            SELECT c.method, c.structure, c.sparsity, c.format, c.dataset, c.lang, u.idx,
+                c.item_drop
             FROM concept_item_drops c JOIN _damage_units u USING (model, dataset, lang, item_id)
             WHERE c.model = ? ORDER BY ALL""",
             params=[model],
@@ -585,7 +600,8 @@ def _subsample_views(
         SELECT model, dataset, lang, item_id FROM (
             SELECT model, dataset, lang, item_id,
                    row_number() OVER (PARTITION BY model, dataset, lang
-                                      ORDER BY md5(concat_ws('|', {int(settings.seed)}, {repeat}, model, dataset, lang, item_id))) AS r,
+                                      ORDER BY md5(concat_ws('|', {int(settings.seed)}, {repeat},
+                                          model, dataset, lang, item_id))) AS r,
                    count(*) OVER (PARTITION BY model, dataset, lang) AS n
             FROM main.concept_tokens)
         WHERE r <= greatest(1, round({float(settings.stability_fraction)!r} * n))""")
@@ -619,16 +635,22 @@ def stability(
             con.execute("SET search_path = 'main'")
         parts.append(
             con.sql(f"""
-            SELECT f.model, 'chi_bench' AS metric, CASE WHEN f.dataset = 'all' THEN 'all' ELSE 'benchmark' END AS scope,
-                   {r} AS repeat, f.model || f.dataset || f.lang AS grp, f.chi_bench AS full_value, s.chi_bench AS sub_value
+            SELECT f.model, 'chi_bench' AS metric,
+                CASE WHEN f.dataset = 'all' THEN 'all' ELSE 'benchmark' END AS scope,
+                   {r} AS repeat, f.model || f.dataset || f.lang AS grp,
+                       f.chi_bench AS full_value, s.chi_bench AS sub_value
             FROM main.chi_bench f JOIN {schema}.chi_bench s USING (model, dataset, lang, concept)
             WHERE f.n_active > 0 AND s.chi_bench IS NOT NULL
             UNION ALL
-            SELECT f.model, 'chi_model', CASE WHEN f.dataset = 'all' THEN 'all' ELSE 'benchmark' END, {r},
-                   concat_ws('|', f.population, f.model, f.method, f.structure, f.sparsity, f.format, f.dataset, f.lang),
+            SELECT f.model, 'chi_model',
+                CASE WHEN f.dataset = 'all' THEN 'all' ELSE 'benchmark' END, {r},
+                   concat_ws('|', f.population, f.model, f.method, f.structure, f.sparsity,
+                       f.format, f.dataset, f.lang),
                    f.chi_model, s.chi_model
             FROM main.chi_model f
-            JOIN {schema}.chi_model s USING (population, model, method, structure, sparsity, format, dataset, lang, concept)
+            JOIN {schema}.chi_model s
+                USING (population, model, method, structure, sparsity, format, dataset, lang,
+                       concept)
             WHERE f.supported AND s.supported
         """).pl()
         )
@@ -641,8 +663,10 @@ def stability(
         WITH ranked AS (
             SELECT *, abs(sub_value - full_value) AS change,
                    abs(sub_value - full_value) / nullif(abs(full_value), 0) AS rel_change,
-                   rank() OVER (PARTITION BY model, metric, scope, repeat, grp ORDER BY full_value) AS rf,
-                   rank() OVER (PARTITION BY model, metric, scope, repeat, grp ORDER BY sub_value) AS rs
+                   rank() OVER (PARTITION BY model, metric, scope, repeat, grp
+                       ORDER BY full_value) AS rf,
+                   rank() OVER (PARTITION BY model, metric, scope, repeat, grp ORDER BY sub_value)
+                       AS rs
             FROM stability_values
         ),
         corr AS (
@@ -694,7 +718,8 @@ def build_gaps_database(
                 con.execute("CREATE OR REPLACE TABLE concept_stability AS SELECT * FROM stab")
                 con.unregister("stab")
             else:
-                con.execute("""CREATE OR REPLACE TABLE concept_stability (model VARCHAR, metric VARCHAR, scope VARCHAR,
+                con.execute("""CREATE OR REPLACE TABLE concept_stability
+                    (model VARCHAR, metric VARCHAR, scope VARCHAR,
                     repeats INTEGER, fraction DOUBLE, n_values BIGINT, median_abs_change DOUBLE,
                     p90_abs_change DOUBLE, max_abs_change DOUBLE, median_rel_change DOUBLE,
                     p90_rel_change DOUBLE, median_spearman DOUBLE)""")

@@ -65,7 +65,8 @@ class ConceptSettings:
 
     @classmethod
     def for_sae(cls, params: dict) -> ConceptSettings:
-        """Rule `sae`: seed, concepts.layer, concepts.sae (without languages), concepts.batch_size."""
+        """Rule `sae`: seed, concepts.layer, concepts.sae (without languages),
+        concepts.batch_size."""
         c = params["concepts"]
         t = c["sae"]
         return cls(
@@ -126,7 +127,8 @@ def item_prompt(
     if start < 0:
         raise ValueError(
             f"item {item.get('item_id')!r}: its passage and question (prompts.item_body) are not "
-            "in its rendered `open` prompt, so its content tokens cannot be told from the template's"
+            "in its rendered `open` prompt, "
+            "so its content tokens cannot be told from the template's"
         )
     end = start + len(body)
     keep = [e > start and s < end for s, e in enc["offset_mapping"]]
@@ -237,7 +239,8 @@ def item_concepts(
     settings: ConceptSettings,
     device: str = "cpu",
 ) -> tuple[torch.Tensor, list[int], list[int]]:
-    """[n_items, d_sae] a_c(x) (mean activation over each item's kept tokens), kept and excluded counts."""
+    """[n_items, d_sae] a_c(x) (mean activation over each item's kept tokens), kept and excluded
+    counts."""
     out = torch.zeros(len(items), sae.d_sae)
     n_tok, n_exc = [0] * len(items), [0] * len(items)
     chunk = 4 * settings.batch_size
@@ -286,7 +289,8 @@ def concept_activations_file(
 ) -> int:
     """Write the sparse per-item concept activations of one benchmark; returns the row count.
 
-    params: the rule's (benchmark_illusion.params.activations): prompt, concepts.tokens, concepts.batch_size.
+    params: the rule's (benchmark_illusion.params.activations): prompt, concepts.tokens,
+    concepts.batch_size.
     """
     s = ConceptSettings.for_activations(params)
     sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
@@ -346,7 +350,8 @@ def max_activating(
     settings: ConceptSettings,
     device: str = "cpu",
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per latent: (concept, n_fired, density) and its top examples (concept, activation, seq, pos)."""
+    """Per latent: (concept, n_fired, density) and its top examples (concept, activation, seq,
+    pos)."""
     n = settings.top_examples
     fired = torch.zeros(sae.d_sae, dtype=torch.long)
     top = pl.DataFrame(
@@ -403,7 +408,7 @@ def short_label(tokens: list[str], activations: list[float], n: int = 3) -> str 
     if not tokens:
         return None
     score: dict[str, tuple[int, float]] = {}
-    for t, a in zip(tokens, activations):
+    for t, a in zip(tokens, activations, strict=True):
         c, m = score.get(t, (0, 0.0))
         score[t] = (c + 1, max(m, a))
     best = sorted(score, key=lambda t: (-score[t][0], -score[t][1], t))[:n]
@@ -437,7 +442,7 @@ def concept_labels_file(
     )
     labels = [
         short_label(t, a)
-        for t, a in zip(per["top_tokens"].to_list(), per["top_activations"].to_list())
+        for t, a in zip(per["top_tokens"].to_list(), per["top_activations"].to_list(), strict=True)
     ]
     per = per.with_columns(label=pl.Series(labels, dtype=pl.Utf8)).drop("top_activations")
     df = stats.join(per, on="concept", how="left").with_columns(model=pl.lit(model))

@@ -77,7 +77,8 @@ def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
 
 
 def _error_lines(err) -> list[str]:
-    """'key.path: problem' lines of one schema error; unknown and missing keys are named in the path."""
+    """'key.path: problem' lines of one schema error; unknown and missing keys are named in the
+    path."""
     path = list(err.absolute_path)
     instance = err.instance
     if (
@@ -105,7 +106,8 @@ def _error_lines(err) -> list[str]:
         ]
     if err.validator == "not" and err.validator_value == {"const": "all"}:
         return [
-            f"{key_path(path)}: the name 'all' is reserved (it labels the pooled rows of the metric tables)"
+            f"{key_path(path)}: the name 'all' is reserved "
+            "(it labels the pooled rows of the metric tables)"
         ]
     return [f"{key_path(path)}: {err.message}"]
 
@@ -180,7 +182,8 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
         )
     if not (sae.get("corpus", ["items", "calibration"]) or sae.get("text_files")):
         errors.append(
-            "concepts.sae.corpus: empty and no concepts.sae.text_files: the SAE has no text to train on"
+            "concepts.sae.corpus: empty and no concepts.sae.text_files: "
+            "the SAE has no text to train on"
         )
     configured = {
         lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
@@ -206,8 +209,8 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
             continue
         if importlib.util.find_spec("sae_lens") is None:
             errors.append(
-                f"models.{name}.sae: a pretrained SAE is loaded with SAELens, which is not installed "
-                "(pip install 'benchmark-illusion[sae]')"
+                f"models.{name}.sae: a pretrained SAE is loaded with SAELens, "
+                "which is not installed (pip install 'benchmark-illusion[sae]')"
             )
         if spec.get("path") and not (root / spec["path"]).is_dir():
             errors.append(f"models.{name}.sae.path: SAE folder not found: {spec['path']}")
@@ -236,7 +239,8 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
             chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
     if chars < need:
         return [
-            f"calibration: n_windows x seq_len = {need} tokens, but all passages of the configured datasets "
+            f"calibration: n_windows x seq_len = {need} tokens, "
+            "but all passages of the configured datasets "
             f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
             f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"
         ]
@@ -244,7 +248,8 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
 
 
 def nm_patterns(pruning: dict) -> list[str]:
-    """The configured N:M patterns as 'N:M' strings (entries may be strings or {pattern, sparsity})."""
+    """The configured N:M patterns as 'N:M' strings (entries may be strings or
+    {pattern, sparsity})."""
     return [e if isinstance(e, str) else e["pattern"] for e in pruning.get("nm", [])]
 
 
@@ -273,11 +278,13 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
             )
         if "sparsegpt" in pruning.get("methods", []) and blocksize % st.m:
             errors.append(
-                f"pruning.sparsegpt.blocksize: {blocksize} is not a multiple of M={st.m} ({pattern})"
+                f"pruning.sparsegpt.blocksize: {blocksize} "
+                f"is not a multiple of M={st.m} ({pattern})"
             )
     if pruning.get("methods") and not (pruning.get("sparsities") or pruning.get("nm")):
         errors.append(
-            "pruning.sparsities: methods are set but there is no sparsity and no N:M pattern to prune to"
+            "pruning.sparsities: methods are set "
+            "but there is no sparsity and no N:M pattern to prune to"
         )
     if calibration.get("source") == "text_files":
         need = calibration.get("n_windows", 16) * calibration.get("seq_len", 128)
@@ -291,8 +298,8 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
         # certainly too little (the exact count is checked when the windows are cut).
         if chars and chars < need:
             errors.append(
-                f"calibration: n_windows x seq_len = {need} tokens, but calibration.paths hold only "
-                f"{chars} characters"
+                f"calibration: n_windows x seq_len = {need} tokens, "
+                f"but calibration.paths hold only {chars} characters"
             )
     return errors
 

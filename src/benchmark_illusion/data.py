@@ -3,9 +3,10 @@
 Loaders only reshape. They never drop or repair rows (a later step counts bad rows,
 and the counts are part of the evidence), with one exception: invisible characters at
 either end of a text (a BOM, zero-width space, direction marks, word joiner; see
-`strip_invisible_edges`) are removed, and the answer offsets shifted with them; they raise `DatasetError` when a source
-cannot be read as QA data at all (missing file or column, malformed JSON, a wrong
-top-level structure, no rows for the requested language, an unreachable hub).
+`strip_invisible_edges`) are removed, and the answer offsets shifted with them; they raise
+`DatasetError` when a source cannot be read as QA data at all (missing file or column,
+malformed JSON, a wrong top-level structure, no rows for the requested language, an
+unreachable hub).
 
 A dataset config is a dict; `cfg['source']` picks the loader:
 
@@ -80,7 +81,8 @@ FLAT_REQUIRED = ("id", "context", "question", "answers")
 
 
 class DatasetError(ValueError):
-    """A dataset source could not be read as QA data; the message names the source and the problem."""
+    """A dataset source could not be read as QA data; the message names the source and the
+    problem."""
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -159,7 +161,8 @@ def _check_hub_language(source: str, lang: str) -> None:
     """Fail before any network access when the hub dataset has no such language."""
     if lang not in HUB_LANGUAGES[source]:
         raise DatasetError(
-            f"source {source!r} has no language {lang!r} (available: {', '.join(HUB_LANGUAGES[source])})"
+            f"source {source!r} has no language {lang!r} "
+            f"(available: {', '.join(HUB_LANGUAGES[source])})"
         )
 
 
@@ -259,7 +262,8 @@ def load_squad_json(cfg: dict, lang: str) -> pl.DataFrame:
 
 
 def load_jsonl(cfg: dict, lang: str) -> pl.DataFrame:
-    """Rows of a JSON-lines file of flat QA objects; rows whose 'lang' differs from `lang` are skipped."""
+    """Rows of a JSON-lines file of flat QA objects; rows whose 'lang' differs from `lang` are
+    skipped."""
     path = _existing_path(cfg, lang)
     records, langs_seen = [], set()
     for line_no, obj in _read_jsonl(path):

@@ -53,7 +53,7 @@ class Tokens:
         """
         joint = self.encode(prompt_text + self.sep + answer)
         start = 0
-        for a, b in zip(joint, prompt_ids):
+        for a, b in zip(joint, prompt_ids, strict=False):  # joint may be shorter or longer
             if a != b:
                 break
             start += 1
@@ -126,7 +126,8 @@ def format_prompts(
 
 
 def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open") -> dict:
-    """The judge's columns of a generated row (docs/logs.md); `candidates` rows also get pred_option."""
+    """The judge's columns of a generated row (docs/logs.md); `candidates` rows also get
+    pred_option."""
     lang = item["lang"]
     common = dict(
         question=item["question"],

@@ -19,7 +19,8 @@ import torch
 
 
 def _cache_kwarg(model) -> str:
-    """Name of the KV-cache argument: `cache` in newer transformers 5.x, `past_key_values` before."""
+    """Name of the KV-cache argument: `cache` in newer transformers 5.x, `past_key_values`
+    before."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -173,7 +174,7 @@ def score_tokens(
     ranks = (logp > chosen).sum(-1) + 1  # ties count in the token's favour
     chosen = chosen[..., 0]
     result: list[list[ContinuationScores]] = [[] for _ in conts]
-    for i, (b, c) in enumerate(zip(row_of, flat)):
+    for i, (b, c) in enumerate(zip(row_of, flat, strict=True)):
         n = len(c)
         result[b].append(ContinuationScores(chosen[i, :n].tolist(), ranks[i, :n].tolist()))
     return result

@@ -58,7 +58,8 @@ def evaluate_items(
     progress: bool = True,
     exemplars: dict[str, dict] | None = None,
 ) -> pl.DataFrame:
-    """Run every requested format, then the enabled recovery decodes; return the log rows (LOG_SCHEMA).
+    """Run every requested format, then the enabled recovery decodes; return the log rows
+    (LOG_SCHEMA).
 
     exemplars: item_id -> item for the 1-shot examples (needed when recovery.oneshot is on).
     """
@@ -140,7 +141,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                 texts,
                 ids,
                 options,
-                [sc[len(g) :] for sc, g in zip(scores, golds)],
+                [sc[len(g) :] for sc, g in zip(scores, golds, strict=True)],
                 base,
             )
             t_mc = (time.perf_counter() - t1) / len(batch)
@@ -212,7 +213,7 @@ def _gold_rank(
     if not golds:
         return dict(_NO_GOLD)
     ranked = []
-    for (answer, cont), sc in zip(golds, scores):
+    for (_answer, cont), sc in zip(golds, scores, strict=True):
         offset = next((j for j, t in enumerate(cont) if not toks.is_blank(t)), len(cont) - 1)
         ranked.append((sc.ranks[offset], offset, cont[offset], sc.logprobs[offset]))
     k = min(range(len(ranked)), key=lambda j: ranked[j][0])
@@ -233,7 +234,8 @@ def _gold_rank(
 def _option_continuations(
     toks: Tokens, rows, batch, texts, ids
 ) -> list[list[tuple[list[int], tuple | None]]]:
-    """Per row, per option: (ids scored with the cache, None) or ([pad], (start, ids)) on a boundary merge."""
+    """Per row, per option: (ids scored with the cache, None) or ([pad], (start, ids)) on a
+    boundary merge."""
     out = []
     for i in batch:
         row = []
@@ -254,7 +256,9 @@ def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict
             if m is not None:  # boundary merge: score from the shared prefix, without the cache
                 start, cont = m
                 ll[k] = naive_logprob(model, ids[i][:start], cont)
-        per_byte = [s / max(1, len(o.encode("utf-8"))) for s, o in zip(ll, r["options"])]
+        per_byte = [
+            s / max(1, len(o.encode("utf-8"))) for s, o in zip(ll, r["options"], strict=True)
+        ]
         pred = max(range(len(ll)), key=lambda k: ll[k])
         pred_norm = max(range(len(ll)), key=lambda k: per_byte[k])
         out.append(

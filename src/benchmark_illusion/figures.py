@@ -279,7 +279,8 @@ def mc_only_by_language(con, path: Path) -> None:
         )
         ax.legend(fontsize=7)
     fig.suptitle(
-        "MC-only rate by language and sparsity (share of selected items recognised but not produced)",
+        "MC-only rate by language and sparsity "
+        "(share of selected items recognised but not produced)",
         fontsize=12,
     )
     _save(fig, path)
@@ -314,7 +315,8 @@ def gold_rank_cdf(con, path: Path) -> None:
                 if x[1] == 1:
                     x, y = x[1:], y[1:]
                 label = (
-                    f"{sparsity:g}{_label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
+                    f"{sparsity:g}{_label_unstructured(structure)} pruned "
+                    f"(n={int(s['n_items'][0])})"
                     if series == "pruned"
                     else f"{sparsity:g}{_label_unstructured(structure)} dense, same items"
                 )
@@ -390,7 +392,7 @@ def recovery_by_decode(con, path: Path) -> None:
         _label(ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1))
     handles = {}
     for ax in axes.flat:
-        for h, label in zip(*ax.get_legend_handles_labels()):
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, h)
     if handles:
         fig.legend(
@@ -403,14 +405,16 @@ def recovery_by_decode(con, path: Path) -> None:
             title="decode (error bars: 95% bootstrap intervals)",
         )
     fig.suptitle(
-        "Recovery of MC-only items by decode (demoted if any decode recovers them; n = MC-only items)",
+        "Recovery of MC-only items by decode "
+        "(demoted if any decode recovers them; n = MC-only items)",
         fontsize=12,
     )
     _save(fig, path)
 
 
 def oracle_vs_sparsity(con, path: Path) -> None:
-    """Greedy vs oracle accuracy over every selected item, against sparsity (the seed paper's view)."""
+    """Greedy vs oracle accuracy over every selected item, against sparsity (the seed paper's
+    view)."""
     df = con.sql(
         "SELECT * FROM oracle WHERE dataset = 'all' AND decode IN ('greedy', 'oracle') "
         "AND structure IN ('none', 'unstructured')"
@@ -442,7 +446,8 @@ def oracle_vs_sparsity(con, path: Path) -> None:
         _label(ax, model, method, SPARSITY_LABEL, "accuracy on all selected items", (-0.03, 1.03))
         ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
     fig.suptitle(
-        "Greedy vs oracle accuracy over all selected items (95% bootstrap intervals; table: oracle)",
+        "Greedy vs oracle accuracy over all selected items "
+        "(95% bootstrap intervals; table: oracle)",
         fontsize=12,
     )
     _save(fig, path)
@@ -455,7 +460,8 @@ def _checkpoint_label(row: dict) -> str:
 
 
 def position_bias(con, path: Path) -> None:
-    """Share of items whose chosen option sits at each position, per checkpoint, candidates and mc."""
+    """Share of items whose chosen option sits at each position, per checkpoint, candidates and
+    mc."""
     df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     fig, axes = _grid(
@@ -503,7 +509,8 @@ def position_bias(con, path: Path) -> None:
             )
             uniform = d.filter(pl.col("position") != "none")["uniform"].max()
             ax.set_title(
-                f"{model}: {FORMATS[fmt]}\n(uniform = {uniform:.2f}; n = {d['n_items'].max()} items)",
+                f"{model}: {FORMATS[fmt]}\n"
+                f"(uniform = {uniform:.2f}; n = {d['n_items'].max()} items)",
                 fontsize=9,
             )
             ax.set_xlabel(
@@ -554,7 +561,8 @@ def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str)
     rows = df.to_dicts()
     y = list(range(len(rows)))[::-1]
     ax.barh(y, [r[value] for r in rows], color=color, alpha=0.8)
-    for v, r in zip(y, rows):  # the value at the bar's end, so a 0 reads as 0 and not as missing
+    # the value at the bar's end, so a 0 reads as 0 and not as missing
+    for v, r in zip(y, rows, strict=True):
         ax.annotate(
             f"{r[value]:.3g}",
             (r[value], v),
@@ -644,9 +652,11 @@ def concept_coverage(con, path: Path) -> None:
 
 
 def concept_extremes(con, path: Path) -> None:
-    """Top and bottom concepts by chi_bench (across benchmarks) and by the dense model's chi_model."""
+    """Top and bottom concepts by chi_bench (across benchmarks) and by the dense model's
+    chi_model."""
     bench = con.sql("SELECT * FROM chi_bench WHERE dataset = 'all' AND n_active > 0").pl()
-    model_df = con.sql("""SELECT * FROM chi_model WHERE dataset = 'all' AND method = 'dense' AND format = 'open'
+    model_df = con.sql("""SELECT * FROM chi_model WHERE dataset = 'all' AND method = 'dense'
+        AND format = 'open'
                           AND supported AND population = 'pool'""").pl()
     models = sorted(bench["model"].unique().to_list())
     fig, axes = _grid(len(models), 4, width=4.6, height=4.2)
@@ -689,7 +699,8 @@ def concept_extremes(con, path: Path) -> None:
         for ax in axes[r][2:]:
             ax.set_xlim(0, 1.12)  # room for the value printed after a bar at 1
     fig.suptitle(
-        "Top and bottom concepts: benchmark coverage (chi_bench) and dense-model performance (chi_model)",
+        "Top and bottom concepts: benchmark coverage (chi_bench) "
+        "and dense-model performance (chi_model)",
         fontsize=12,
     )
     _save(fig, path)
@@ -699,7 +710,8 @@ NO_SIGNIFICANT_DAMAGE = "no concept is significantly damaged"
 
 
 def concept_damage(con, path: Path) -> None:
-    """Per method: the concepts pruning damages beyond their languages (concept_damage.significant_open)."""
+    """Per method: the concepts pruning damages beyond their languages
+    (concept_damage.significant_open)."""
     _save(_concept_damage_figure(con), path)
 
 
@@ -735,8 +747,8 @@ def _concept_damage_figure(con):
             for r in rows
         ]
         err = [
-            [max(v - lo, 0) for v, lo in zip(drop, low)],
-            [max(hi - v, 0) for v, hi in zip(drop, high)],
+            [max(v - lo, 0) for v, lo in zip(drop, low, strict=True)],
+            [max(hi - v, 0) for v, hi in zip(drop, high, strict=True)],
         ]
         ax.barh(
             [v + 0.2 for v in y],
@@ -779,14 +791,15 @@ def _concept_damage_figure(con):
         ax.legend(fontsize=6, loc="best", framealpha=0.8)
     if best.height == 0:
         fig.suptitle(
-            f"Pruning damage by concept: {NO_SIGNIFICANT_DAMAGE}\n(open: BH q < {fdr_q:g} and a drop "
-            "above its languages' drop)",
+            f"Pruning damage by concept: {NO_SIGNIFICANT_DAMAGE}\n"
+            f"(open: BH q < {fdr_q:g} and a drop above its languages' drop)",
             fontsize=10,
         )
     else:
         fig.suptitle(
-            f"Concepts pruning damages beyond their languages (open: BH q < {fdr_q:g}, drop above its "
-            f"languages' drop)\nopen drop with {ci_level:.0%} interval (red), mc drop (blue), "
+            "Concepts pruning damages beyond their languages "
+            f"(open: BH q < {fdr_q:g}, drop above its languages' drop)\n"
+            f"open drop with {ci_level:.0%} interval (red), mc drop (blue), "
             "| = the drop its languages predict",
             fontsize=10,
         )

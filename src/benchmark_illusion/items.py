@@ -193,7 +193,8 @@ def _overlap_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[st
 
 
 def overlaps(a: str, b: str, lang: str) -> bool:
-    """True when a and b are equal after normalisation or either's tokens are a contiguous run of the other's.
+    """True when a and b are equal after normalisation or either's tokens are a contiguous run
+    of the other's.
 
     "Tesla" and "Tesla Electric Light & Manufacturing" overlap; "5" and "1500" do not.
     Two texts without tokens are equal and so overlap; one empty text overlaps nothing else.
@@ -554,7 +555,7 @@ class _Passage:
         passage order; weak: an 'upper' span that is not name-like (see above)."""
         out: list[tuple[str, tuple[str, ...], bool]] = []
         seen: set[str] = set()
-        for p, (phrase, counts) in enumerate(zip(self.phrases, self.unit_counts)):
+        for p, (phrase, counts) in enumerate(zip(self.phrases, self.unit_counts, strict=True)):
             for i in range(len(phrase)):
                 total = 0
                 for j in range(i, len(phrase)):
@@ -755,7 +756,7 @@ def build_items(
             continue
         order = list(range(n_distractors + 1))
         random.Random(key).shuffle(order)
-        labelled = [(row["answers"][0], "gold")] + list(zip(chosen, sources))
+        labelled = [(row["answers"][0], "gold")] + list(zip(chosen, sources, strict=True))
         shuffled = [labelled[k] for k in order]
         built.append(
             {

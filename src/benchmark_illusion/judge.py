@@ -334,7 +334,8 @@ def named_phrases(pred: list[str], phrases: list[list[str]]) -> list[bool]:
 def _inside_gold(pred: list[str], phrase: list[str], golds: list[list[str]]) -> bool:
     """Every occurrence of `phrase` in `pred` partly overlaps an occurrence of a gold: the text is
     part of the gold as written ("of grey" in "made of grey stone", gold "grey stone"). An
-    occurrence that covers a whole gold ("Tesla Motors" around the gold "Tesla") is not part of it."""
+    occurrence that covers a whole gold ("Tesla Motors" around the gold "Tesla") is not part of
+    it."""
     spans = [(i, i + len(g)) for g in golds for i in find_token_runs(pred, g)]
 
     def partly(s: int) -> bool:
@@ -433,7 +434,8 @@ def _question_echo(pred: list[str], contained: list[list[str]], question: list[s
 
 
 def _passage_copy(pred: list[str], passage: list[str], max_run: int) -> bool:
-    """Rule c: the prediction shares a contiguous run of more than `max_run` tokens with the passage."""
+    """Rule c: the prediction shares a contiguous run of more than `max_run` tokens with the
+    passage."""
     n = max_run + 1
     if len(pred) < n or len(passage) < n:
         return False
@@ -506,7 +508,7 @@ def judge(
         named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
         named = [
             n and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
-            for n, toks in zip(named, option_tokens)
+            for n, toks in zip(named, option_tokens, strict=True)
         ]
         kept = _answered(
             set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang)

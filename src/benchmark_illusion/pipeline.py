@@ -87,7 +87,8 @@ def build_items_file(
             )
     if item_report.get("too_few_distractors"):
         log.warning(
-            "build_items %s: %d items dropped: too few distractors (items.distractors: %s; e.g. %s)",
+            "build_items %s: %d items dropped: too few distractors "
+            "(items.distractors: %s; e.g. %s)",
             raw,
             item_report["too_few_distractors"],
             distractors,
@@ -217,8 +218,8 @@ def evaluate_file(
     raised = df.filter(pl.col("max_new_tokens") > floor)
     if raised.height:
         log.info(
-            "generation budget raised above the config for %d rows (%d items) so that the longest gold "
-            "fits (evaluation.budget_margin %d): up to %d new tokens",
+            "generation budget raised above the config for %d rows (%d items) "
+            "so that the longest gold fits (evaluation.budget_margin %d): up to %d new tokens",
             raised.height,
             raised["item_id"].n_unique(),
             settings.budget_margin,

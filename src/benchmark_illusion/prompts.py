@@ -21,8 +21,14 @@ from dataclasses import dataclass, field
 
 LETTERS = "ABCDEFGH"
 
-OPEN_INSTRUCTION = "Read the passage and answer the question with the shortest span of words copied from the passage."
-CANDIDATES_INSTRUCTION = "Read the passage and answer the question. Choose one of the options and reply with the option's text only."
+OPEN_INSTRUCTION = (
+    "Read the passage and answer the question with the shortest span of words copied from the "
+    "passage."
+)
+CANDIDATES_INSTRUCTION = (
+    "Read the passage and answer the question. "
+    "Choose one of the options and reply with the option's text only."
+)
 CANDIDATES_STYLES = ("letters", "bullets")
 
 
@@ -54,7 +60,8 @@ class PromptSettings:
             )
 
     def chat_template_kwargs(self, tokenizer) -> dict:
-        """template_kwargs, with enable_thinking=False added when the template reads it and it is unset."""
+        """template_kwargs, with enable_thinking=False added when the template reads it and it is
+        unset."""
         kwargs = dict(self.template_kwargs)
         if (
             "enable_thinking" in (getattr(tokenizer, "chat_template", None) or "")

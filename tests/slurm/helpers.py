@@ -33,13 +33,15 @@ def ensure_cluster() -> bool:
         return True
     if REQUIRED:
         pytest.fail(
-            "BENCHMARK_ILLUSION_REQUIRE_SLURM=1 but no SLURM cluster answers (tests/slurm/start-cluster.sh)"
+            "BENCHMARK_ILLUSION_REQUIRE_SLURM=1 but no SLURM cluster answers "
+            "(tests/slurm/start-cluster.sh)"
         )
     return False
 
 
 def squeue_history() -> list[dict]:
-    """Jobs slurmctld still knows (MinJobAge: an hour on the test cluster): id, partition, state, name, comment."""
+    """Jobs slurmctld still knows (MinJobAge: an hour on the test cluster): id, partition, state,
+    name, comment."""
     out = subprocess.run(
         ["squeue", "-h", "-t", "all", "-o", "%i|%P|%T|%j|%k"], capture_output=True, text=True
     ).stdout
@@ -52,7 +54,8 @@ def squeue_history() -> list[dict]:
 
 
 class CancelFirstRunning(threading.Thread):
-    """Waits for a running job of `rule`, then scancels it once (a node failure, as SLURM sees it)."""
+    """Waits for a running job of `rule`, then scancels it once (a node failure, as SLURM sees
+    it)."""
 
     def __init__(self, rule: str):
         super().__init__(daemon=True)

@@ -208,7 +208,8 @@ def _prune_linear(lin: nn.Linear, stat, settings: PruneSettings) -> None:
 
 
 def check_report(report: dict, tolerance: float = 0.001) -> None:
-    """Raise if the measured sparsity misses the target by more than `tolerance` or N:M is violated."""
+    """Raise if the measured sparsity misses the target by more than `tolerance` or N:M is
+    violated."""
     miss = abs(report["measured_sparsity"] - report["target_sparsity"])
     if miss > tolerance:
         raise ValueError(

@@ -38,7 +38,8 @@ class Hessian:
 
 
 def inverse_hessian_factor(h: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(U, dead): U the upper Cholesky factor of (H + damping)^-1, dead the [in] mask of H_jj = 0."""
+    """(U, dead): U the upper Cholesky factor of (H + damping)^-1, dead the [in] mask of
+    H_jj = 0."""
     h = h.clone()
     diag = torch.diagonal(h)
     dead = diag == 0
@@ -57,7 +58,8 @@ def sparsegpt_prune(
     blocksize: int = 128,
     percdamp: float = 0.01,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pruned and reconstructed weight [out, in] (in weight's dtype) and its bool mask (True = pruned)."""
+    """Pruned and reconstructed weight [out, in] (in weight's dtype) and its bool mask
+    (True = pruned)."""
     if structure.is_nm and blocksize % structure.m:
         raise ValueError(f"blocksize {blocksize} must be a multiple of M={structure.m}")
     w = weight.detach().float().clone()
