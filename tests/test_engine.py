@@ -127,6 +127,149 @@ def test_greedy_stops_at_stop_token_and_after_content_newline():
         assert len(want) < 8
 
 
+def _hf_new_tokens(model, prompt, stop_ids, **kwargs):
+    """transformers' generate on one unpadded prompt: its new tokens, cut at the first stop."""
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=torch.tensor([prompt]),
+            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
+            pad_token_id=PAD,
+            eos_token_id=sorted(stop_ids),
+            **kwargs,
+        )[:, len(prompt) :].tolist()
+    return [row[: next((j for j, t in enumerate(row) if t in stop_ids), len(row))] for row in out]
+
+
+def test_beam_search_from_one_prefill_equals_transformers_beam_search():
+    """Every hypothesis, in order, of K beams per row equals generate(num_beams=K) run on that
+    prompt alone with its own budget: left-padded rows of different lengths and budgets share
+    one prefill, and stop tokens end some hypotheses early."""
+    model = make_tiny_model(200, seed=3)
+    prompts = _prompts()
+    # stop ids the model does produce: the third greedy token of two prompts
+    stop_ids = {naive_greedy(model, prompts[0], 3)[2], naive_greedy(model, prompts[2], 3)[2]}
+    budgets = [6, 3, 8, 5]
+    got = engine.beam_search(model, engine.prefill(model, prompts, PAD), 4, budgets, stop_ids)
+    early = 0
+    for b, p in enumerate(prompts):
+        want = _hf_new_tokens(
+            model,
+            p,
+            stop_ids,
+            num_beams=4,
+            num_return_sequences=4,
+            do_sample=False,
+            early_stopping=True,
+            max_new_tokens=budgets[b],
+        )
+        assert got[b] == want, b
+        early += sum(len(h) < budgets[b] for h in want)
+    assert early > 0  # some hypotheses ended on a stop token, not at the budget
+
+
+def test_sampling_from_one_prefill_draws_what_transformers_draws():
+    """Same seed, same rows: the samples equal generate(do_sample=True, num_return_sequences=n)
+    cut by the same stop rule, while each row's prompt ran once, not n times."""
+    model = make_tiny_model(200, seed=5)
+    with torch.no_grad():  # a flatter distribution, so that top_p leaves several tokens
+        model.lm_head.weight.mul_(0.2)
+    prompts = _prompts()[:3]
+    stop_ids = frozenset({naive_greedy(model, prompts[0], 2)[1]})
+    stop = engine.StopRule(
+        stop_ids, torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
+    gen = torch.Generator().manual_seed(11)
+    got = engine.sample(
+        model,
+        engine.prefill(model, prompts, PAD),
+        5,
+        [7] * 3,
+        stop,
+        gen,
+        top_p=0.8,
+        temperature=0.9,
+    )
+    torch.manual_seed(11)
+    ids, mask = engine.pad_batch(prompts, PAD, "cpu")
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            top_p=0.8,
+            top_k=0,
+            temperature=0.9,
+            num_return_sequences=5,
+            max_new_tokens=7,
+            pad_token_id=PAD,
+            eos_token_id=sorted(stop_ids),
+        )[:, ids.shape[1] :].tolist()
+    want = [row[: next((j for j, t in enumerate(row) if t in stop_ids), 7)] for row in out]
+    flat = [s for row in got for s in row]
+    assert flat == want
+    assert len({tuple(s) for s in flat}) > 5  # the samples differ
+    assert any(len(s) < 7 for s in flat)  # and some ended on the stop token
+
+
+def test_sampling_stops_a_row_after_a_content_line_and_keeps_later_draws():
+    """A row that ends early (line break after content) keeps the other rows' draws unchanged."""
+    model = make_tiny_model(200, seed=5)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(0.2)
+    prompts = _prompts()[:2]
+    none = torch.zeros(200, dtype=torch.bool)
+    every = torch.ones(200, dtype=torch.bool)
+    free = engine.sample(
+        model,
+        engine.prefill(model, prompts, PAD),
+        3,
+        [6, 6],
+        engine.StopRule(frozenset(), none, every),
+        torch.Generator().manual_seed(2),
+    )
+    # make the second token of the first sample a line break
+    nl = none.clone()
+    nl[free[0][0][1]] = True
+    cut = engine.sample(
+        model,
+        engine.prefill(model, prompts, PAD),
+        3,
+        [6, 6],
+        engine.StopRule(frozenset(), nl, every),
+        torch.Generator().manual_seed(2),
+    )
+    for b in range(2):
+        for j in range(3):
+            want = _expected_with_rule(free[b][j], frozenset(), nl, every)
+            assert cut[b][j] == want, (b, j)
+    assert cut[0][0] == free[0][0][:2]
+
+
+def test_expand_repeats_rows_and_leaves_the_state_untouched():
+    model = make_tiny_model(200)
+    prompts = _prompts()[:2]
+    state = engine.prefill(model, prompts, PAD)
+    before = [layer.keys.clone() for layer in state.cache.layers]
+    big = engine.expand(state, 3)
+    assert big.mask.shape[0] == 6 and torch.equal(big.mask[3], state.mask[1])
+    assert torch.equal(big.cache.layers[0].keys[4], state.cache.layers[0].keys[1])
+    big.cache.reorder_cache(torch.tensor([5, 4, 3, 2, 1, 0]))
+    assert all(
+        torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers, strict=True)
+    )
+    # with room: in-place appends that read exactly like DynamicLayer's, past the room too
+    roomy = engine.expand(state, 3, room=2)
+    plain = engine.expand(state, 3)
+    assert all(isinstance(layer, engine.RoomyLayer) for layer in roomy.cache.layers)
+    stop = engine.StopRule(
+        frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
+    assert engine.greedy(model, roomy, 5, stop, PAD) == engine.greedy(model, plain, 5, stop, PAD)
+    assert all(
+        torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers, strict=True)
+    )
+
+
 def test_pad_batch_left_and_right():
     seqs = [[5, 6, 7], [8], []]
     ids, mask = engine.pad_batch(seqs, 9, "cpu", side="left")

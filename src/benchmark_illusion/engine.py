@@ -16,6 +16,7 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 
 def _cache_kwarg(model) -> str:
@@ -115,6 +116,110 @@ def prefill(model, seqs: list[list[int]], pad_id: int) -> Prefill:
     )
 
 
+def select_rows(cache, rows: torch.Tensor | None = None):
+    """A new cache holding rows `rows` of `cache` (repeats allowed; None: every row, shared
+    until the new cache is extended); `cache` is left untouched.
+
+    Only the selected rows are copied (a deep copy of the whole cache first would copy every
+    row once more).
+    """
+    new = copy.copy(cache)
+    new.layers = [copy.copy(layer) for layer in cache.layers]
+    if rows is not None:
+        new.batch_select_indices(rows)
+    return new
+
+
+class RoomyLayer(DynamicLayer):
+    """A DynamicLayer whose rows sit in a buffer with room for more tokens.
+
+    DynamicLayer appends each decoded token with torch.cat, which copies the whole cache at
+    every step; here the token is written in place and `keys`/`values` are views of the filled
+    part, so attention sees exactly what DynamicLayer would give it. Past the room it grows.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, room: int):
+        super().__init__()
+        self.device, self.is_initialized = keys.device, True
+        self._k = keys.new_empty((*keys.shape[:2], keys.shape[2] + room, keys.shape[3]))
+        self._v = values.new_empty((*values.shape[:2], values.shape[2] + room, values.shape[3]))
+        self.length = keys.shape[2]
+        self._k[:, :, : self.length] = keys
+        self._v[:, :, : self.length] = values
+        self._views()
+
+    def _views(self) -> None:
+        self.keys = self._k[:, :, : self.length]
+        self.values = self._v[:, :, : self.length]
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        n = key_states.shape[2]
+        if self.length + n > self._k.shape[2]:
+            self._k = torch.cat([self._k, torch.empty_like(self._k)], dim=2)
+            self._v = torch.cat([self._v, torch.empty_like(self._v)], dim=2)
+        self._k[:, :, self.length : self.length + n] = key_states
+        self._v[:, :, self.length : self.length + n] = value_states
+        self.length += n
+        self._views()
+        return self.keys, self.values
+
+    def reorder_from(self, rows: torch.Tensor, start: int) -> None:
+        """Reorder rows for beam search, copying only positions from `start` on: the caller
+        guarantees that the rows it swaps agree before `start` (beams of one prompt)."""
+        self._k[:, :, start : self.length] = self._k[rows, :, start : self.length]
+        self._v[:, :, start : self.length] = self._v[rows, :, start : self.length]
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._k, self._v = self._k[indices], self._v[indices]
+        self._views()
+
+    def reorder_cache(self, beam_idx: torch.Tensor) -> None:
+        self.batch_select_indices(beam_idx)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self.batch_select_indices(
+            torch.arange(self._k.shape[0], device=self._k.device).repeat_interleave(repeats)
+        )
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes the number of tokens to remove as a negative integer")
+        self.length -= abs(tokens_to_remove)
+        self._views()
+
+
+def expand(state: Prefill, repeats: int, room: int = 0) -> Prefill:
+    """The prefill state with each row repeated `repeats` times (row b -> rows b*r .. b*r+r-1).
+
+    The decodes that start many continuations from one prompt (beams, samples) share its
+    prefill this way instead of running the prompt once per continuation. room: tokens the
+    caller will decode; with room, plain DynamicLayers become RoomyLayers (in-place appends).
+    """
+    rows = torch.arange(state.mask.shape[0], device=state.mask.device).repeat_interleave(repeats)
+    if room and all(type(layer) is DynamicLayer for layer in state.cache.layers):
+        cache = copy.copy(state.cache)
+        cache.layers = [
+            RoomyLayer(layer.keys[rows], layer.values[rows], room) for layer in state.cache.layers
+        ]
+    else:
+        cache = select_rows(state.cache, rows)
+    return Prefill(
+        last_logits=state.last_logits[rows],
+        cache=cache,
+        mask=state.mask[rows],
+        next_pos=state.next_pos[rows],
+    )
+
+
+def _reorder_beams(cache, rows: torch.Tensor, start: int) -> None:
+    """Point each beam's cache row at its parent's (rows: new row -> parent row)."""
+    if all(isinstance(layer, RoomyLayer) for layer in cache.layers):
+        for layer in cache.layers:
+            layer.reorder_from(rows, start)
+    else:
+        cache.reorder_cache(rows)
+
+
 @dataclass
 class ContinuationScores:
     """Teacher-forced scores of one continuation: per-token log-probs and ranks (1 = top)."""
@@ -133,50 +238,84 @@ def score_tokens(
 ) -> list[list[ContinuationScores]]:
     """Per-token log-probs and ranks of each continuation given its row's prompt.
 
-    conts[b]: the continuations of row b (any number, each >= 1 token), scored with the
-    prompt's cache (copied: the prefill state is left untouched). Token j of a continuation is
-    scored at the position after the prompt and tokens 0..j-1 (teacher forcing).
-    Returns [B][K_b] ContinuationScores.
+    conts[b]: the continuations of row b (any number, each >= 1 token). Token j of a
+    continuation is scored at the position after the prompt and tokens 0..j-1 (teacher
+    forcing). Token 0 is scored by the prefill's last logits; the rest in one forward pass per
+    batch in which each row holds all its continuations side by side (their tokens but the
+    last), each continuation attending to the prompt and to its own earlier tokens only (a
+    4D mask, positions from the prompt's end). The prompt's cache is read, never copied per
+    continuation, and the prefill state is left as it was. Returns [B][K_b]
+    ContinuationScores.
     """
     device = state.mask.device
-    row_of = [b for b, row in enumerate(conts) for _ in row]
-    flat = [c for row in conts for c in row]  # N continuations, row-major
-    if not flat:
+    B, T = state.mask.shape
+    if not any(conts):
         return [[] for _ in conts]
-    if any(len(c) == 0 for c in flat):
+    if any(len(c) == 0 for row in conts for c in row):
         raise ValueError("every continuation needs at least one token")
-    N, L = len(flat), max(len(c) for c in flat)
-    rows = torch.tensor(row_of, device=device)
-    tok = torch.full((N, L), pad_id, dtype=torch.long)
-    valid = torch.zeros((N, L), dtype=torch.bool)
-    for i, c in enumerate(flat):
-        tok[i, : len(c)] = torch.tensor(c)
-        valid[i, : len(c)] = True
-    tok, valid = tok.to(device), valid.to(device)
-
-    logits = state.last_logits[rows][:, None, :]  # [N, 1, V]: predicts token 0
-    if L > 1:
-        cache = copy.deepcopy(state.cache)
-        cache.batch_select_indices(rows)
-        feed = tok[:, :-1]  # [N, L-1]; position j predicts token j+1
-        mask = torch.cat([state.mask[rows], valid[:, :-1].long()], dim=1)
-        pos = state.next_pos[rows][:, None] + torch.arange(L - 1, device=device)[None]
+    # where each continuation's fed tokens sit in its row's packed sequence
+    starts = [[0] * len(row) for row in conts]
+    width = 0
+    for b, row in enumerate(conts):
+        at = 0
+        for k, c in enumerate(row):
+            starts[b][k] = at
+            at += len(c) - 1
+        width = max(width, at)
+    last = torch.log_softmax(state.last_logits.float(), -1)  # [B, V]: predicts token 0
+    logp = None
+    if width:
+        feed = torch.full((B, width), pad_id, dtype=torch.long)
+        pos = torch.zeros((B, width), dtype=torch.long)
+        seg = torch.full((B, width), -1, dtype=torch.long)  # continuation index, -1 on padding
+        off = torch.zeros((B, width), dtype=torch.long)
+        for b, row in enumerate(conts):
+            for k, c in enumerate(row):
+                n, at = len(c) - 1, starts[b][k]
+                if n:
+                    feed[b, at : at + n] = torch.tensor(c[:-1])
+                    off[b, at : at + n] = torch.arange(n)
+                    seg[b, at : at + n] = k
+        feed, seg, off = feed.to(device), seg.to(device), off.to(device)
+        pos = state.next_pos[:, None] + off
+        same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
+        causal = off[:, None, :] <= off[:, :, None]
+        own = same & causal  # [B, W, W]: earlier tokens of the same continuation
+        own |= torch.eye(width, dtype=torch.bool, device=device)[None]  # padding sees itself
+        prompt = state.mask.bool()[:, None, :].expand(B, width, T)
+        allowed = torch.cat([prompt, own], dim=-1)[:, None]  # [B, 1, W, T + W]
+        bias = torch.zeros(allowed.shape, dtype=next(model.parameters()).dtype, device=device)
+        bias.masked_fill_(~allowed, torch.finfo(bias.dtype).min)
         out = model(
             input_ids=feed,
-            attention_mask=mask,
+            attention_mask=bias,
             position_ids=pos,
             use_cache=True,
-            **{_cache_kwarg(model): cache},
+            **{_cache_kwarg(model): select_rows(state.cache)},
         )
-        logits = torch.cat([logits, out.logits.float()], dim=1)  # [N, L, V]
-    logp = torch.log_softmax(logits.float(), -1)
-    chosen = logp.gather(-1, tok[..., None])  # [N, L, 1]
-    ranks = (logp > chosen).sum(-1) + 1  # ties count in the token's favour
-    chosen = chosen[..., 0]
+        logp = torch.log_softmax(out.logits.float(), -1)  # [B, W, V]
+    # every scored token: its distribution (row b's last logits, or packed position p) and id
+    rows_, where, toks = [], [], []
+    for b, row in enumerate(conts):
+        for k, c in enumerate(row):
+            for j, t in enumerate(c):
+                rows_.append(b)
+                where.append(-1 if j == 0 else starts[b][k] + j - 1)
+                toks.append(t)
+    rows_t, where_t = torch.tensor(rows_, device=device), torch.tensor(where, device=device)
+    dist = last[rows_t]
+    if logp is not None:
+        later = where_t >= 0
+        dist[later] = logp[rows_t[later], where_t[later]]
+    chosen = dist.gather(-1, torch.tensor(toks, device=device)[:, None])
+    ranks = ((dist > chosen).sum(-1) + 1).tolist()  # ties count in the token's favour
+    chosen = chosen[:, 0].tolist()
     result: list[list[ContinuationScores]] = [[] for _ in conts]
-    for i, (b, c) in enumerate(zip(row_of, flat, strict=True)):
-        n = len(c)
-        result[b].append(ContinuationScores(chosen[i, :n].tolist(), ranks[i, :n].tolist()))
+    i = 0
+    for b, row in enumerate(conts):
+        for c in row:
+            result[b].append(ContinuationScores(chosen[i : i + len(c)], ranks[i : i + len(c)]))
+            i += len(c)
     return result
 
 
@@ -265,3 +404,168 @@ def greedy(
         logits = res.logits[:, -1, :].float()
         pos = pos + 1
     return out
+
+
+def _step(model, cache, mask, pos, tokens, kw):
+    """Feed one token per row; returns (logits [N, V] float32, cache, mask)."""
+    mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    res = model(
+        input_ids=tokens[:, None],
+        attention_mask=mask,
+        position_ids=pos[:, None],
+        use_cache=True,
+        **{kw: cache},
+    )
+    return res.logits[:, -1, :].float(), _out_cache(res), mask
+
+
+@torch.inference_mode()
+def beam_search(
+    model,
+    state: Prefill,
+    num_beams: int,
+    budgets: list[int],
+    stop_ids,
+    length_penalty: float = 1.0,
+) -> list[list[list[int]]]:
+    """Beam search from a shared prefill: per row, `num_beams` hypotheses, best first.
+
+    The algorithm is transformers' beam search with early_stopping=True (its default scoring:
+    sum of log-probs / generated length ** length_penalty; the top 2K (or (1 + #stop ids) x K)
+    continuations per step; a hypothesis finishes on a stop id or at its row's budget), so the
+    outputs equal `generate(num_beams=K, num_return_sequences=K, early_stopping=True)`. What
+    differs is the cost: the prompt runs once per row, not once per beam, and each row has its
+    own budget. Returns the tokens of each hypothesis without its stop token.
+    """
+    B, K = state.mask.shape[0], num_beams
+    device = state.mask.device
+    stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=device)
+    keep = max(2, 1 + len(stops)) * K
+    top_k_mask = torch.arange(keep, device=device) < K
+    budget = torch.tensor(budgets, device=device)
+    steps = max(budgets)
+    kw = _cache_kwarg(model)
+
+    st = expand(state, K, room=steps)
+    cache, mask, pos, logits = st.cache, st.mask, st.next_pos.clone(), st.last_logits
+    vocab, prompt_len = logits.shape[-1], st.mask.shape[1]
+    running = torch.zeros((B, K, steps), dtype=torch.long, device=device)
+    run_scores = torch.zeros((B, K), device=device)
+    run_scores[:, 1:] = -1e9  # the K copies are identical: only the first may expand at step 0
+    seqs = torch.zeros((B, K, steps), dtype=torch.long, device=device)
+    lengths = torch.zeros((B, K), dtype=torch.long, device=device)
+    scores = torch.full((B, K), -1e9, device=device)
+    finished = torch.zeros((B, K), dtype=torch.bool, device=device)
+    improvable = torch.ones((B, 1), dtype=torch.bool, device=device)
+    for t in range(steps):
+        acc = torch.log_softmax(logits, -1).view(B, K, vocab) + run_scores[:, :, None]
+        top_lp, top_idx = torch.topk(acc.view(B, K * vocab), k=keep)
+        src, tok = top_idx // vocab, top_idx % vocab
+        cand = torch.take_along_dim(running, src[:, :, None], dim=1)
+        cand[:, :, t] = tok
+        hits = torch.isin(tok, stops) | (t + 1 >= budget)[:, None]
+        # the K best unfinished continuations run on
+        run_lp = top_lp + hits.float() * -1e9
+        nxt = torch.topk(run_lp, k=K).indices
+        running = torch.take_along_dim(cand, nxt[:, :, None], dim=1)
+        run_scores = torch.take_along_dim(run_lp, nxt, dim=1)
+        parent = torch.take_along_dim(src, nxt, dim=1)
+        # finished hypotheses among the top K enter the list of the K best finished
+        fin_lp = top_lp / ((t + 1) ** length_penalty)
+        fin_lp = fin_lp + finished.all(-1, keepdim=True).float() * -1e9
+        fin_lp = fin_lp + (~improvable).float() * -1e9
+        fin_lp = fin_lp + (~(hits & top_k_mask[None, :])).float() * -1e9
+        fin_len = torch.where(torch.isin(tok, stops), t, t + 1)
+        merged = torch.cat([scores, fin_lp], dim=1)
+        best = torch.topk(merged, k=K).indices
+        seqs = torch.take_along_dim(torch.cat([seqs, cand], dim=1), best[:, :, None], dim=1)
+        lengths = torch.take_along_dim(torch.cat([lengths, fin_len], dim=1), best, dim=1)
+        finished = torch.take_along_dim(
+            torch.cat([finished, hits & top_k_mask[None, :]], dim=1), best, dim=1
+        )
+        scores = torch.take_along_dim(merged, best, dim=1)
+        # can a running beam still beat the worst finished one? (transformers' heuristic)
+        best_running = run_scores[:, :1] / ((t + 1) ** length_penalty)
+        worst = torch.where(finished, scores.min(1, keepdim=True).values, -1e9)
+        improvable = improvable & (best_running > worst).any(-1, keepdim=True)
+        done = ~improvable[:, 0] | finished.all(-1) | hits.all(-1)
+        if bool(done.all()) or t == steps - 1:
+            break
+        rows = (parent + torch.arange(B, device=device)[:, None] * K).view(-1)
+        _reorder_beams(cache, rows, prompt_len)
+        logits, cache, mask = _step(model, cache, mask, pos, running[:, :, t].reshape(-1), kw)
+        pos = pos + 1
+    return [[seqs[b, k, : int(lengths[b, k])].tolist() for k in range(K)] for b in range(B)]
+
+
+@torch.inference_mode()
+def sample(
+    model,
+    state: Prefill,
+    n: int,
+    budgets: list[int],
+    stop: StopRule,
+    generator: torch.Generator,
+    top_p: float = 1.0,
+    temperature: float = 1.0,
+) -> list[list[list[int]]]:
+    """`n` nucleus samples per row from a shared prefill (no top-k).
+
+    Per step: logits / temperature, then transformers' top-p filter (the smallest set of most
+    likely tokens whose probability reaches top_p), then one multinomial draw per row from
+    `generator` over all B x n rows at once, as `generate(do_sample=True,
+    num_return_sequences=n)` draws from the global generator: with the same seed and the same
+    rows, the draws are the same. A sample ends on a stop token, at its row's budget, or on a
+    line break after some content (judging reads the first non-empty line). Finished rows
+    stop being computed, but a draw is still made for them so later draws do not move.
+    Returns the tokens of each sample without the stop token.
+    """
+    B = state.mask.shape[0]
+    device = state.mask.device
+    st = expand(state, n, room=max(budgets))
+    N = B * n
+    cache, mask, pos, logits = st.cache, st.mask, st.next_pos.clone(), st.last_logits
+    budget = torch.tensor(budgets, device=device).repeat_interleave(n)
+    out: list[list[int]] = [[] for _ in range(N)]
+    live = [True] * N
+    rows = torch.arange(N, device=device)  # the rows in the cache, in cache order
+    has_content = [False] * N
+    kw = _cache_kwarg(model)
+    vocab = stop.newline.shape[0]
+    for _ in range(max(budgets)):
+        scores = logits / temperature if temperature != 1.0 else logits
+        if top_p < 1.0:
+            sorted_logits, order = torch.sort(scores, descending=False)
+            drop = sorted_logits.softmax(-1).cumsum(-1) <= (1 - top_p)
+            drop[..., -1:] = False
+            scores = scores.masked_fill(drop.scatter(1, order, drop), float("-inf"))
+        probs = torch.zeros((N, scores.shape[-1]), device=device)
+        probs[:, 0] = 1.0  # rows no longer computed: a draw that is thrown away
+        probs[rows] = scores.softmax(-1)
+        nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        for row in rows.tolist():
+            if not live[row]:
+                continue
+            tok = int(nxt[row])
+            if tok in stop.stop_ids:
+                live[row] = False
+                continue
+            out[row].append(tok)
+            if tok < vocab:
+                has_content[row] = has_content[row] or bool(stop.content[tok])
+                if bool(stop.newline[tok]) and has_content[row]:
+                    live[row] = False
+            if len(out[row]) >= int(budget[row]):
+                live[row] = False
+        keep = [j for j, row in enumerate(rows.tolist()) if live[row]]
+        if not keep:
+            break
+        # Finished rows leave the cache once a quarter of it is finished (each removal copies
+        # the cache); until then they are computed and their draws thrown away.
+        if len(keep) <= 0.75 * len(rows):
+            sel = torch.tensor(keep, device=device)
+            rows, mask, pos = rows[sel], mask[sel], pos[sel]
+            cache.batch_select_indices(sel)
+        logits, cache, mask = _step(model, cache, mask, pos, nxt[rows], kw)
+        pos = pos + 1
+    return [out[b * n : (b + 1) * n] for b in range(B)]

@@ -9,8 +9,13 @@
 
 They run on the MC-only items (scope 'mc_only': greedy `open` wrong, `mc` right; the items whose
 answer may be demoted rather than erased), on every item whose greedy `open` answer is wrong
-('open_wrong'), or on every item ('all'). transformers adds top_k=50 to sampling unless told
-otherwise; top_k=0 is passed so that the nucleus alone decides.
+('open_wrong'), or on every item ('all').
+
+Beams and samples follow transformers' algorithms (engine.beam_search, engine.sample: the same
+outputs as `generate` with the same seed, tested side by side) but share one prefill of each
+batch's prompts, where `generate` runs the prompt once per beam and once per sample. Sampling
+has no top-k (transformers would add top_k=50 unless told otherwise), and a sample ends at a
+line break after content, as the greedy decode does: the judge reads the first line.
 
 Budgets: a recovery decode may write at least as many new tokens as the greedy decode of the
 same item (`evaluation.max_new_tokens`, raised to the item's longest gold + budget_margin);
@@ -53,58 +58,44 @@ def recovery_rows(
     if rec.beam or rec.sample:
         budget = budgets(toks, rows, floor, settings.budget_margin)
         texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
-        stop_ids = sorted(stop.stop_ids)
-        common = dict(pad_token_id=toks.pad_id, eos_token_id=stop_ids or None)
-        passes = []
-        if rec.beam:
-            passes.append(
-                (
-                    "beam",
-                    dict(
-                        do_sample=False,
-                        num_beams=rec.num_beams,
-                        num_return_sequences=rec.num_beams,
-                        early_stopping=True,
-                    ),
-                )
-            )
-        if rec.sample:
-            passes.append(
-                (
-                    "sample",
-                    dict(
-                        do_sample=True,
+        decodes = [d for d, on in (("beam", rec.beam), ("sample", rec.sample)) if on]
+        bar = tqdm(
+            total=len(rows),
+            desc=f"{'+'.join(decodes)} {base['dataset']}/{base['lang']}",
+            disable=not progress,
+        )
+        for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
+            # One prefill of the batch's prompts serves every beam and every sample.
+            t0 = time.perf_counter()
+            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            t_prefill = (time.perf_counter() - t0) / len(decodes)
+            row_budgets = [budget[i] for i in batch]
+            for decode in decodes:
+                t1 = time.perf_counter()
+                if decode == "beam":
+                    seqs = engine.beam_search(
+                        model, state, rec.num_beams, row_budgets, stop.stop_ids
+                    )
+                else:
+                    # Seeded per batch: batches are fixed by length sorting, so reruns draw
+                    # the same.
+                    gen = torch.Generator(device=state.mask.device)
+                    gen.manual_seed(settings.seed * 1_000_003 + n_batch)
+                    seqs = engine.sample(
+                        model,
+                        state,
+                        rec.num_samples,
+                        row_budgets,
+                        stop,
+                        gen,
                         top_p=rec.top_p,
                         temperature=rec.temperature,
-                        top_k=0,
-                        num_return_sequences=rec.num_samples,
-                    ),
-                )
-            )
-        for decode, kwargs in passes:
-            bar = tqdm(
-                total=len(rows),
-                desc=f"{decode} {base['dataset']}/{base['lang']}",
-                disable=not progress,
-            )
-            for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
-                if decode == "sample":
-                    # Seeded per batch: batches are fixed by length sorting, so reruns draw the
-                    # same.
-                    torch.manual_seed(settings.seed * 1_000_003 + n_batch)
-                t0 = time.perf_counter()
-                seqs = _generate(
-                    model,
-                    [ids[i] for i in batch],
-                    toks.pad_id,
-                    {**common, **kwargs, "max_new_tokens": budget[batch[0]]},
-                )
-                k = kwargs["num_return_sequences"]
-                dt = (time.perf_counter() - t0) / (len(batch) * k)
+                    )
+                k = rec.num_beams if decode == "beam" else rec.num_samples
+                dt = (t_prefill + time.perf_counter() - t1) / (len(batch) * k)
                 for b, i in enumerate(batch):
-                    for j in range(k):
-                        gen = seqs[b * k + j]
-                        text = toks.tok.decode(gen, skip_special_tokens=True)
+                    for j, gen_ids in enumerate(seqs[b]):
+                        text = toks.tok.decode(gen_ids, skip_special_tokens=True)
                         out.append(
                             dict(
                                 base,
@@ -117,13 +108,13 @@ def recovery_rows(
                                 **judge_row(text, rows[i], settings),
                                 gold_option=rows[i]["gold_option"],
                                 n_prompt_tokens=len(ids[i]),
-                                n_output_tokens=len(gen),
+                                n_output_tokens=len(gen_ids),
                                 max_new_tokens=budget[i],
                                 seconds=dt,
                             )
                         )
-                bar.update(len(batch))
-            bar.close()
+            bar.update(len(batch))
+        bar.close()
     if rec.oneshot:
         out += greedy_format(
             model,
@@ -143,18 +134,3 @@ def recovery_rows(
 def recovery_floor(settings) -> int:
     """The recovery decodes' budget floor: never below the greedy decode's."""
     return max(settings.recovery.max_new_tokens, settings.max_new_tokens)
-
-
-@torch.inference_mode()
-def _generate(model, seqs: list[list[int]], pad_id: int, kwargs: dict) -> list[list[int]]:
-    """New tokens of model.generate on left-padded prompts, stop and pad tokens removed."""
-    device = next(model.parameters()).device
-    ids, mask = engine.left_pad(seqs, pad_id, device)
-    out = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-    new = out[:, ids.shape[1] :].tolist()
-    stops = kwargs.get("eos_token_id") or []
-    result = []
-    for row in new:
-        cut = next((j for j, t in enumerate(row) if t in stops), len(row))
-        result.append(row[:cut])
-    return result

