@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 CONFIG ?= config/config.yaml
 CORES  ?= all
 
-.PHONY: run test lint dry-run clean-results install
+.PHONY: run test lint bench dry-run clean-results install
 
 install: $(STAMP)
 
@@ -43,6 +43,12 @@ dry-run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
+
+# Side by side with lm-evaluation-harness and transformers' generate on the same items and model
+# (benchmarks/bench.py; the anchors get their own venvs under benchmarks/). Table in
+# benchmarks/results/bench.md, rows in bench.csv.
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
 
 # ruff (lint and format) over the package, tests, benchmarks and rule scripts; snakefmt and
 # snakemake's own lint over the workflow

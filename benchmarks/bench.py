@@ -1,0 +1,453 @@
+"""`make bench`: the pipeline's evaluation and decoding against the tools people would use instead,
+on the same items, the same model (the bundled one, imported once to safetensors), the same
+machine, interleaved, several repetitions. Writes benchmarks/results/bench.csv and bench.md
+(medians and ratios, peak memory) and prints the table.
+
+Sections (--only a,b,...; all by default):
+  mc        MC scoring vs lm-evaluation-harness `loglikelihood` on the same contexts and options:
+            argmax agreement, largest per-option log-likelihood difference, items/s ratio
+  greedy    greedy `open` answers vs lm-evaluation-harness `generate_until` (until a line
+            break, the same budgets): identical first lines, items/s ratio
+  recovery  5 beams + 10 samples per item vs transformers `generate` (benchmarks/
+            recovery_decodes.py): identical hypotheses and draws, items/s ratio
+  flops     achieved forward FLOP/s of the evaluation loop as a share of this machine's fp32
+            matmul FLOP/s, measured in the same run
+  memory    peak RSS of evaluating the items (open, mc, candidates) against holding the model
+            and one batch
+
+Items: XQuAD en from ../shared/data/xquad when present (read in place, never copied), the
+shipped sample set otherwise. The anchors live in their own virtual environments under
+benchmarks/ (ignored by git), created on first use with torch pinned to the project's CPU
+build; the project's .venv is not touched.
+
+  make bench                       # every section, 24 items, 2 repetitions
+  .venv/bin/python benchmarks/bench.py --only mc,greedy --n 24 --reps 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+RESULTS = BENCH / "results"
+XQUAD = ROOT.parent / "shared" / "data" / "xquad" / "xquad.{lang}.json"
+SAMPLE = ROOT / "resources" / "sample_qa" / "{lang}.json"
+TORCH = "torch==2.13.0"  # the CPU build on the project's machines; unpinned would pull CUDA
+ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"]}
+SECTIONS = ("mc", "greedy", "recovery", "flops", "memory")
+
+sys.path.insert(0, str(BENCH))
+
+
+def anchor_python(name: str) -> Path:
+    """The anchor's own venv (created and filled on first use); returns its python."""
+    venv = BENCH / f".venv-{name}"
+    py = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    if not stamp.is_file():
+        print(f"installing {name} into {venv} (once) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(py), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, TORCH], check=True)
+        subprocess.run([*pip, *ANCHORS[name], TORCH], check=True)
+        stamp.write_text(" ".join(ANCHORS[name]) + "\n")
+    return py
+
+
+def items_source() -> tuple[str, str]:
+    if Path(str(XQUAD).format(lang="en")).is_file():
+        return str(XQUAD), "XQuAD en"
+    return str(SAMPLE), "sample en"
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+class Table:
+    """Rows of the result table: one per (section, measure)."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+
+    def add(self, section, measure, ours, theirs=None, unit="", note=""):
+        ratio = ""
+        if isinstance(ours, (int, float)) and isinstance(theirs, (int, float)) and theirs:
+            ratio = f"{ours / theirs:.2f}x"
+        self.rows.append(
+            dict(
+                section=section,
+                measure=measure,
+                ours=ours,
+                theirs=theirs,
+                ratio=ratio,
+                unit=unit,
+                note=note,
+            )
+        )
+        print(
+            f"  {section:9} {measure:38} {_fmt(ours):>10} {_fmt(theirs):>10} {ratio:>7}  "
+            f"{unit} {note}",
+            flush=True,
+        )
+
+    def write(self, header: str) -> str:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        with open(RESULTS / "bench.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(self.rows[0]))
+            w.writeheader()
+            w.writerows(self.rows)
+        lines = [
+            header,
+            "",
+            "| section | measure | ours | anchor | ratio | unit | note |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            lines.append(
+                f"| {r['section']} | {r['measure']} | {_fmt(r['ours'])} | {_fmt(r['theirs'])} | "
+                f"{r['ratio']} | {r['unit']} | {r['note']} |"
+            )
+        text = "\n".join(lines) + "\n"
+        (RESULTS / "bench.md").write_text(text)
+        return text
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        return f"{x:.3g}" if abs(x) < 1000 else f"{x:.0f}"
+    return str(x)
+
+
+def our_eval(model, tok, items, formats, batch_size):
+    """Our evaluation of `items` in `formats` (no recovery): (log, seconds)."""
+    from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items
+    from benchmark_illusion.settings import RecoverySettings
+
+    s = EvalSettings(formats=formats, batch_size=batch_size, recovery=RecoverySettings.only())
+    t0 = time.perf_counter()
+    log = evaluate_items(model, tok, items, s, RunMeta("bench"), progress=False)
+    return log, time.perf_counter() - t0
+
+
+def lmeval(model_dir, requests: dict, args) -> dict:
+    py = anchor_python("lmeval")
+    with tempfile.TemporaryDirectory() as tmp:
+        req, out = Path(tmp) / "req.json", Path(tmp) / "out.json"
+        req.write_text(json.dumps(requests))
+        cmd = [
+            str(py),
+            str(BENCH / "anchors" / "lmeval_worker.py"),
+            str(model_dir),
+            str(req),
+            str(out),
+            "--batch-size",
+            str(args.lmeval_batch),
+            "--gen-batch-size",
+            str(args.batch_size),
+        ]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+        return json.loads(out.read_text())
+
+
+def prompts(tok, items, fmt="open"):
+    """Prompt texts and the continuation separator, as the pipeline builds them."""
+    from benchmark_illusion.prompts import PromptSettings, build_prompt
+
+    ps = PromptSettings()
+    return [build_prompt(tok, ps, r, fmt) for r in items.to_dicts()], ps.continuation_sep
+
+
+def section_mc(table, model, tok, model_dir, items, args):
+    texts, sep = prompts(tok, items)
+    rows = items.to_dicts()
+    req = {
+        "loglikelihood": [
+            [t, sep + o] for t, r in zip(texts, rows, strict=True) for o in r["options"]
+        ]
+    }
+    ours_t, theirs_t = [], []
+    for _ in range(args.reps):
+        log, sec = our_eval(model, tok, items, ("mc",), args.batch_size)
+        ours_t.append(sec)
+        res = lmeval(model_dir, req, args)
+        theirs_t.append(res["loglikelihood"]["seconds"])
+    mc = {r["item_id"]: r for r in log.filter(log["format"] == "mc").to_dicts()}
+    ll = res["loglikelihood"]["results"]
+    agree, diff, at = 0, 0.0, 0
+    for r in rows:
+        k = len(r["options"])
+        theirs = ll[at : at + k]
+        at += k
+        ours = mc[r["item_id"]]["option_ll"]
+        agree += max(range(k), key=lambda j: ours[j]) == max(range(k), key=lambda j: theirs[j])
+        diff = max(diff, max(abs(a - b) for a, b in zip(ours, theirs, strict=True)))
+    n = len(rows)
+    table.add(
+        "mc",
+        "items/s (median)",
+        n / statistics.median(ours_t),
+        n / statistics.median(theirs_t),
+        "items/s",
+        f"lm-eval batch {args.lmeval_batch}",
+    )
+    table.add("mc", "argmax agreement", agree, n, "items")
+    table.add("mc", "largest option log-likelihood difference", diff, None, "nats")
+
+
+def section_greedy(table, model, tok, model_dir, items, args):
+    texts, _ = prompts(tok, items)
+    ours_t, theirs_t = [], []
+    for _ in range(args.reps):
+        log, sec = our_eval(model, tok, items, ("open",), args.batch_size)
+        ours_t.append(sec)
+        opened = {r["item_id"]: r for r in log.filter(log["format"] == "open").to_dicts()}
+        req = {
+            "generate_until": [
+                [t, opened[r["item_id"]]["max_new_tokens"]]
+                for t, r in zip(texts, items.to_dicts(), strict=True)
+            ]
+        }
+        res = lmeval(model_dir, req, args)
+        theirs_t.append(res["generate_until"]["seconds"])
+    gens = res["generate_until"]["results"]
+    same, leading = 0, 0
+    for r, g in zip(items.to_dicts(), gens, strict=True):
+        ours = opened[r["item_id"]]["output"]
+        first = next((line for line in ours.split("\n") if line.strip()), "")
+        same += first.strip() == g.strip()
+        leading += ours.startswith("\n") or ours.startswith(" \n")
+    n = len(texts)
+    table.add(
+        "greedy",
+        "items/s (median)",
+        n / statistics.median(ours_t),
+        n / statistics.median(theirs_t),
+        "items/s",
+        f"batch {args.batch_size}",
+    )
+    table.add(
+        "greedy",
+        "identical first lines",
+        same,
+        n,
+        "items",
+        f"{leading} ours start with a blank line (lm-eval stops there)",
+    )
+
+
+def section_recovery(table, model, tok, items, args):
+    import torch
+    from recovery_decodes import engine_decodes, hf_decodes
+
+    from benchmark_illusion.decoding import Tokens, batches, format_prompts
+    from benchmark_illusion.engine import StopRule
+    from benchmark_illusion.settings import EvalSettings
+
+    settings = EvalSettings()
+    toks = Tokens(tok, settings.prompt)
+    stop = StopRule.for_tokenizer(tok)
+    rows = items.to_dicts()
+    _, ids, order = format_prompts(toks, settings, rows, "open")
+    plan = list(batches(order, args.batch_size))
+    ns = argparse.Namespace(beams=5, samples=10, top_p=0.9, seed=1234)
+    times = {"hf": [], "engine": []}
+    outs = {}
+    with torch.inference_mode():
+        for _ in range(args.reps):
+            for name, fn in (("engine", engine_decodes), ("hf", hf_decodes)):
+                t0 = time.perf_counter()
+                outs[name] = [
+                    fn(model, toks, ids, b, args.budget, stop, ns, i) for i, b in enumerate(plan)
+                ]
+                times[name].append(time.perf_counter() - t0)
+    flat = {
+        k: ([h for r in v for h in r[0]], [s for r in v for s in r[1]]) for k, v in outs.items()
+    }
+    n = len(rows)
+    table.add(
+        "recovery",
+        "items/s, 5 beams + 10 samples (median)",
+        n / statistics.median(times["engine"]),
+        n / statistics.median(times["hf"]),
+        "items/s",
+        f"budget {args.budget}",
+    )
+    table.add(
+        "recovery",
+        "identical beam hypotheses",
+        sum(a == b for a, b in zip(*(flat[k][0] for k in ("engine", "hf")), strict=True)),
+        len(flat["hf"][0]),
+        "hypotheses",
+    )
+    table.add(
+        "recovery",
+        "identical samples (first line)",
+        sum(a == b for a, b in zip(*(flat[k][1] for k in ("engine", "hf")), strict=True)),
+        len(flat["hf"][1]),
+        "samples",
+        "same seed",
+    )
+
+
+def matmul_gflops(seconds: float = 3.0) -> float:
+    """This machine's fp32 matmul rate: the best of repeated 1024 x 1024 products."""
+    import torch
+
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    best, end = 0.0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        for _ in range(10):
+            torch.mm(a, b)
+        best = max(best, 10 * 2 * 1024**3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def forward_flops(model, n_context: int, n_logits: int, attention: float) -> float:
+    """Forward FLOPs: 2 x (decoder linear weights) per token run through the model, 2 x the
+    vocabulary projection per position that gets logits, plus the attention FLOPs given."""
+    import torch
+
+    head = model.get_output_embeddings().weight.numel()
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    return 2.0 * (linear - head) * n_context + 2.0 * head * n_logits + attention
+
+
+def section_flops(table, model, tok, items, args):
+    peak = matmul_gflops()
+    log, sec = our_eval(model, tok, items, ("open", "mc"), args.batch_size)
+    opened = log.filter(log["format"] == "open")
+    lens = opened["n_prompt_tokens"].to_list()
+    cfg = model.config
+    _, sep = prompts(tok, items)
+    # tokens run after the prompt: every option and gold (teacher-forced) and the greedy answer
+    scored = sum(
+        len(tok(sep + text, add_special_tokens=False)["input_ids"])
+        for r in items.to_dicts()
+        for text in [*r["options"], *r["answers"]]
+    ) + int(opened["n_output_tokens"].sum())
+    # causal attention of an n-token prompt: QK^T and AV over n^2/2 pairs, per layer
+    attention = sum(2.0 * n * n * cfg.hidden_size * cfg.num_hidden_layers for n in lens)
+    flops = forward_flops(model, sum(lens) + scored, len(lens) + scored, attention)
+    achieved = flops / sec / 1e9
+    table.add("flops", "fp32 matmul peak (1024^3, best)", peak, None, "GFLOP/s")
+    table.add(
+        "flops",
+        "evaluation loop (open + mc)",
+        achieved,
+        peak,
+        "GFLOP/s",
+        f"{sum(lens)} prompt + {scored} scored tokens in {sec:.1f} s; ratio = share",
+    )
+
+
+def section_memory(table, model, tok, items, args):
+    """Peak RSS of evaluating every item in every format, in a fresh process, against a fresh
+    process that holds the model and runs one batch of prompts."""
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(BENCH)!r})
+import polars as pl, bench
+model, tok = bench.bundled()
+items = pl.read_parquet(sys.argv[1])
+which = sys.argv[2]
+if which == 'batch':
+    from benchmark_illusion import engine
+    from benchmark_illusion.decoding import Tokens
+    from benchmark_illusion.settings import EvalSettings
+    texts, _ = bench.prompts(tok, items)
+    toks = Tokens(tok, EvalSettings().prompt)
+    engine.prefill(model, [toks.encode(t) for t in texts[:{args.batch_size}]], toks.pad_id)
+else:
+    bench.our_eval(model, tok, items, ('open', 'mc', 'candidates'), {args.batch_size})
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+"""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "items.parquet"
+        items.write_parquet(path)
+        rss = {}
+        for which in ("batch", "eval"):
+            out = subprocess.run(
+                [sys.executable, "-c", code, str(path), which],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            rss[which] = float(out.strip().splitlines()[-1])
+    table.add(
+        "memory",
+        f"peak RSS, {len(items)} items, 3 formats",
+        rss["eval"],
+        rss["batch"],
+        "GiB",
+        "anchor = model + one batch's prefill",
+    )
+
+
+def bundled():
+    from recovery_decodes import bundled_model
+
+    return bundled_model()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(SECTIONS))
+    p.add_argument("--n", type=int, default=24, help="items")
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lmeval-batch", type=int, default=16)
+    p.add_argument("--budget", type=int, default=24)
+    p.add_argument("--seed", type=int, default=1234)
+    args = p.parse_args()
+    only = [s for s in args.only.split(",") if s]
+    unknown = set(only) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+
+    import torch
+    from recovery_decodes import items_for
+
+    model, tok = bundled()
+    model_dir = BENCH / ".models" / "smollm2-135m"
+    src, label = items_source()
+    items = items_for(src, "en", args.n, args.seed)
+    header = (
+        f"{len(items)} items ({label}), bundled model (fp32, CPU), "
+        f"{torch.get_num_threads()} threads, {args.reps} repetitions interleaved"
+    )
+    print(header)
+    print(f"  {'section':9} {'measure':38} {'ours':>10} {'anchor':>10} {'ratio':>7}")
+    table = Table()
+    for name in only:
+        if name == "mc":
+            section_mc(table, model, tok, model_dir, items, args)
+        elif name == "greedy":
+            section_greedy(table, model, tok, model_dir, items, args)
+        elif name == "recovery":
+            section_recovery(table, model, tok, items, args)
+        elif name == "flops":
+            section_flops(table, model, tok, items, args)
+        elif name == "memory":
+            section_memory(table, model, tok, items, args)
+    print()
+    print(table.write(header))
+
+
+if __name__ == "__main__":
+    main()
