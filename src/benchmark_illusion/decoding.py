@@ -207,24 +207,56 @@ def greedy_format(
         gen = engine.greedy(model, state, budget[batch[0]], stop, toks.pad_id)
         dt = (time.perf_counter() - t0) / len(batch)
         for b, i in enumerate(batch):
-            r = rows[i]
-            text = toks.tok.decode(gen[b], skip_special_tokens=True)
             out.append(
-                dict(
+                generated_row(
+                    toks,
+                    settings,
                     base,
-                    item_id=r["item_id"],
-                    format=fmt,
-                    decode="greedy",
-                    prompt_id=prompt_id(texts[i]),
-                    output=text,
-                    **judge_row(text, r, settings, fmt),
-                    gold_option=r["gold_option"],
-                    n_prompt_tokens=len(ids[i]),
-                    n_output_tokens=len(gen[b]),
-                    max_new_tokens=budget[i],
-                    seconds=dt,
+                    rows[i],
+                    fmt,
+                    "greedy",
+                    texts[i],
+                    ids[i],
+                    gen[b],
+                    budget[i],
+                    dt,
                 )
             )
         bar.update(len(batch))
     bar.close()
     return out
+
+
+def generated_row(
+    toks: Tokens,
+    settings,
+    base: dict,
+    item: dict,
+    fmt: str,
+    decode: str,
+    prompt_text: str,
+    prompt_ids: list[int],
+    gen: list[int],
+    budget: int,
+    seconds: float,
+    sample: int = 0,
+    **extra,
+) -> dict:
+    """The log row of one generated answer (any format and decode), judged (docs/logs.md)."""
+    text = toks.tok.decode(gen, skip_special_tokens=True)
+    return dict(
+        base,
+        item_id=item["item_id"],
+        format=fmt,
+        decode=decode,
+        sample=sample,
+        prompt_id=prompt_id(prompt_text),
+        output=text,
+        **judge_row(text, item, settings, fmt),
+        **extra,
+        gold_option=item["gold_option"],
+        n_prompt_tokens=len(prompt_ids),
+        n_output_tokens=len(gen),
+        max_new_tokens=budget,
+        seconds=seconds,
+    )

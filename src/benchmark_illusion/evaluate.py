@@ -15,7 +15,7 @@ import torch
 from tqdm import tqdm
 
 from . import engine
-from .decoding import Tokens, batches, budgets, format_prompts, greedy_format, judge_row
+from .decoding import Tokens, batches, budgets, format_prompts, generated_row, greedy_format
 from .judge import normalize
 from .prompts import prompt_id
 from .recovery import recovery_rows
@@ -152,23 +152,20 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
             gen = engine.greedy(model, state, budget[batch[0]], stop, toks.pad_id)
             t_gen = (time.perf_counter() - t2) / len(batch)
             for b, i in enumerate(batch):
-                r = rows[i]
-                text = toks.tok.decode(gen[b], skip_special_tokens=True)
                 out.append(
-                    dict(
+                    generated_row(
+                        toks,
+                        settings,
                         base,
-                        item_id=r["item_id"],
-                        format="open",
-                        decode="greedy",
-                        prompt_id=prompt_id(texts[i]),
-                        output=text,
-                        **judge_row(text, r, settings),
+                        rows[i],
+                        "open",
+                        "greedy",
+                        texts[i],
+                        ids[i],
+                        gen[b],
+                        budget[i],
+                        t_gen + t_prefill / len(batch),
                         **best[b],
-                        gold_option=r["gold_option"],
-                        n_prompt_tokens=len(ids[i]),
-                        n_output_tokens=len(gen[b]),
-                        max_new_tokens=budget[i],
-                        seconds=t_gen + t_prefill / len(batch),
                     )
                 )
         bar.update(len(batch))

@@ -32,8 +32,7 @@ import torch
 from tqdm import tqdm
 
 from . import engine
-from .decoding import batches, budgets, format_prompts, greedy_format, judge_row
-from .prompts import prompt_id
+from .decoding import batches, budgets, format_prompts, generated_row, greedy_format
 from .settings import RecoverySettings
 
 __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
@@ -95,22 +94,20 @@ def recovery_rows(
                 dt = (t_prefill + time.perf_counter() - t1) / (len(batch) * k)
                 for b, i in enumerate(batch):
                     for j, gen_ids in enumerate(seqs[b]):
-                        text = toks.tok.decode(gen_ids, skip_special_tokens=True)
                         out.append(
-                            dict(
+                            generated_row(
+                                toks,
+                                settings,
                                 base,
-                                item_id=rows[i]["item_id"],
-                                format="open",
-                                decode=decode,
+                                rows[i],
+                                "open",
+                                decode,
+                                texts[i],
+                                ids[i],
+                                gen_ids,
+                                budget[i],
+                                dt,
                                 sample=j,
-                                prompt_id=prompt_id(texts[i]),
-                                output=text,
-                                **judge_row(text, rows[i], settings),
-                                gold_option=rows[i]["gold_option"],
-                                n_prompt_tokens=len(ids[i]),
-                                n_output_tokens=len(gen_ids),
-                                max_new_tokens=budget[i],
-                                seconds=dt,
                             )
                         )
             bar.update(len(batch))
