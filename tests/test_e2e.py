@@ -604,6 +604,37 @@ def test_cli_prints_a_query_result(smoke_run):
     assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
 
 
+def test_estimate_plans_the_smoke_runs_jobs_from_a_few_timed_items(smoke_run):
+    """`estimate` on the smoke config, run where the smoke run ran (its imported model and
+    items): per timed rule, the jobs it plans are the jobs the run had; the estimated and the
+    measured run times are printed (how far off the estimate was goes in the notes)."""
+    work, cfg = smoke_run
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "estimate", "--configfile", str(cfg)]
+        + ["--items", "2"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        timeout=1800,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if parts and parts[0] in ("evaluate_pool", "prune", "evaluate", "total"):
+            rows[parts[0]] = parts
+    planned = planned_jobs(SMOKE["out"])
+    for rule in ("evaluate_pool", "prune", "evaluate"):
+        assert int(rows[rule][1]) == planned[rule], (rule, res.stdout)
+    pools = sum(
+        min(24, pl.read_parquet(work / f"results/items/sample/{lang}.parquet").height)
+        for lang in ("en", "es")
+    )
+    assert int(rows["evaluate_pool"][2]) == pools
+    print(res.stdout)
+    print(f"measured smoke run: {SMOKE['seconds']:.0f} s (every rule, SLURM: {SMOKE['slurm']})")
+
+
 METRIC_TABLES = (
     "accuracy",
     "support_gradient",

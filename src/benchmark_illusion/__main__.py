@@ -10,6 +10,8 @@
   python -m benchmark_illusion summary --by-lang
   # SAE fit, best/least covered concepts, the dense model's gaps, pruning damage
   python -m benchmark_illusion concepts
+  # what a run will cost before it starts (times the model on a few items)
+  python -m benchmark_illusion estimate --configfile config/paper.yaml
   # the judge's verdict on one answer, as JSON
   python -m benchmark_illusion judge --lang en --gold Paris "The capital is Paris"
   python -m benchmark_illusion judge --lang en --format candidates --gold 1427 \\
@@ -170,6 +172,19 @@ def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
     return None
 
 
+def _estimate_command(args) -> int:
+    from .config import ConfigError, load_config
+    from .estimate import estimate
+
+    try:
+        config = load_config(args.configfile, root=Path("."))
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(estimate(config, Path("."), n_items=args.items, cores=args.cores))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmark_illusion",
@@ -224,9 +239,21 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument(
         "--max-length-slack", type=int, default=3, help="judge.max_length_slack (default 3)"
     )
+    e = sub.add_parser(
+        "estimate",
+        help="time the configured model on a few items and print each rule's expected cost",
+        description="Time each configured model on a few items per format and a 2-window "
+        "prune per method, then print per rule the expected jobs, items, tokens, CPU time and "
+        "wall time, here and on the SLURM profile (src/benchmark_illusion/estimate.py).",
+    )
+    e.add_argument("--configfile", default="config/config.yaml")
+    e.add_argument("--items", type=int, default=4, help="items timed per format (default 4)")
+    e.add_argument("--cores", type=int, default=None, help="local cores (default: all)")
     args = parser.parse_args(argv)
     if args.cmd == "judge":
         return _judge_command(args, j)
+    if args.cmd == "estimate":
+        return _estimate_command(args)
 
     try:
         con = _open(args.db)

@@ -62,6 +62,15 @@ class Tokens:
         return joint[start:], start
 
 
+def stop_rule(model, tokenizer) -> engine.StopRule:
+    """When a decode ends: the tokenizer's end-of-sequence token and the model's generation
+    config's (an instruct model's end-of-turn token), and a line break after content."""
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    extra = [] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [eos]
+    return engine.StopRule.for_tokenizer(tokenizer, extra)
+
+
 def batches(order: list[int], size: int, budgets: list[int] | None = None):
     """Consecutive runs of `order` of at most `size` rows; with `budgets`, one budget per batch."""
     batch: list[int] = []

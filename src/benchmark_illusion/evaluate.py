@@ -15,7 +15,15 @@ import torch
 from tqdm import tqdm
 
 from . import engine
-from .decoding import Tokens, batches, budgets, format_prompts, generated_row, greedy_format
+from .decoding import (
+    Tokens,
+    batches,
+    budgets,
+    format_prompts,
+    generated_row,
+    greedy_format,
+    stop_rule,
+)
 from .judge import normalize
 from .prompts import prompt_id
 from .recovery import recovery_rows
@@ -68,7 +76,7 @@ def evaluate_items(
         raise ValueError(f"unknown formats {sorted(unknown)}; known: {FORMATS}")
     torch.manual_seed(settings.seed)
     toks = Tokens(tokenizer, settings.prompt)
-    stop = engine.StopRule.for_tokenizer(tokenizer, _extra_stop_ids(model))
+    stop = stop_rule(model, tokenizer)
     rows = items.to_dicts()
     base = dict(
         model=meta.model,
@@ -102,14 +110,6 @@ def evaluate_items(
         out += recovery_rows(model, toks, targets, settings, stop, base, exemplars or {}, progress)
     df = pl.DataFrame(out, schema=LOG_SCHEMA)
     return df.sort(["item_id", "format", "decode", "sample"])
-
-
-def _extra_stop_ids(model) -> list[int]:
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
-    if eos is None:
-        return []
-    return list(eos) if isinstance(eos, (list, tuple)) else [eos]
 
 
 def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:

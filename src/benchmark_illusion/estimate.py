@@ -1,0 +1,319 @@
+"""What a run will cost, before it starts: time the configured model on a few items, then scale.
+
+`python -m benchmark_illusion estimate [--configfile X]` loads each configured model (its
+imported checkpoint under resources/models/ when there is one, else its source), takes a few
+items of its first benchmark and language in seeded order, and times, per item:
+  open+mc     the `open` prompt's prefill, gold ranks, MC options and the greedy answer
+  candidates  the options-shown prompt, greedy
+  beam        evaluation.recovery.num_beams beams        (when on)
+  sample      evaluation.recovery.num_samples samples    (when on)
+  oneshot     the 1-shot prompt, greedy                  (when on)
+and each configured pruning method on its first decoder block with the configured calibration
+windows (times the number of blocks).
+
+It then counts the jobs the DAG will run and multiplies:
+  evaluate_pool  per benchmark language: min(pool_max, items available) x (open+mc, candidates)
+  evaluate       per checkpoint (dense included) and language: the expected selected items
+                 (pool x the share the dense model got right in open and mc on the timed items,
+                 capped at max_per_language) x every format, plus the recovery decodes on the
+                 items their scope names (scope all: every selected item; mc_only/open_wrong:
+                 at most every selected item, an upper bound)
+  prune          per model, method and sparsity: the timed block x the number of blocks
+Rules not timed here (SAE, concept rules, aggregation, figures) are listed as such.
+
+Wall time: locally the jobs share `cores` (each evaluation job uses the threads it was timed
+with); on SLURM every job of a rule runs at once up to the profile's `jobs`, at the measured
+per-job speed (a GPU node is faster: the estimate is then an upper bound), one rule after the
+other along the DAG (pool, prune, evaluate).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import polars as pl
+import torch
+
+from . import params as rule_params
+from .calibration import CalibrationError, make_windows
+from .data import load_raw, raw_path_for
+from .decoding import Tokens, stop_rule
+from .evaluate import RunMeta, evaluate_items
+from .items import build_items, validate_rows
+from .models import import_model, load_checkpoint
+from .pipeline import eval_settings, prune_settings, seeded_order
+from .pruning.layerwise import decoder_layers, prune_model
+from .recovery import recovery_rows
+from .settings import RecoverySettings
+
+PARTS = ("open+mc", "candidates", "beam", "sample", "oneshot")
+
+
+@dataclass
+class Timing:
+    """Measured on `n_items` items with `threads` torch threads: seconds per item per part,
+    prompt tokens per item, the dense model's share right in open and mc, and seconds per
+    pruned checkpoint per method (its first decoder block pruned on the configured calibration
+    windows, times the number of blocks)."""
+
+    model: str
+    n_items: int
+    threads: int
+    per_item: dict[str, float] = field(default_factory=dict)
+    prompt_tokens: float = 0.0
+    kept_share: float = 0.0
+    prune: dict[str, float] = field(default_factory=dict)  # seconds per checkpoint
+
+
+@dataclass
+class RuleCost:
+    rule: str
+    jobs: int
+    items: int  # item evaluations (0 for prune)
+    tokens: int  # prompt tokens through the model (0 for prune)
+    cpu_seconds: float
+    longest_job: float
+
+
+def _load(name: str, cfg: dict, root: Path, tmp: Path):
+    """The imported checkpoint under resources/models/ if the pipeline made it, else the model
+    imported here into `tmp` the way the import rule does."""
+    imported = root / "resources" / "models" / name
+    if not any(imported.glob("*.safetensors")):
+        imported = tmp / name
+        import_model(cfg, imported)
+    return load_checkpoint(
+        imported, cfg.get("dtype", "float32"), trust_remote_code=cfg.get("trust_remote_code", False)
+    )
+
+
+def _items(config: dict, root: Path) -> tuple[pl.DataFrame, str, str]:
+    """Items of the first benchmark and language: built ones if present, else built here."""
+    dataset = sorted(config["datasets"])[0]
+    lang = config["datasets"][dataset]["languages"][0]
+    built = root / "results" / "items" / dataset / f"{lang}.parquet"
+    if built.is_file():
+        return pl.read_parquet(built), dataset, lang
+    ds = rule_params.dataset(config, dataset)
+    raw = load_raw(ds, lang)
+    good, _ = validate_rows(raw, extractive=True)
+    items, _ = build_items(good, seed=config["seed"], distractors=config["items"]["distractors"])
+    return items, dataset, lang
+
+
+def measure(config: dict, root: Path, n_items: int = 4) -> list[Timing]:
+    """Time every configured model on n_items items per part and a one-block prune per method."""
+    items, dataset, lang = _items(config, root)
+    keep = seeded_order(items["item_id"].to_list(), config["seed"])[:n_items]
+    sample = items.filter(pl.col("item_id").is_in(keep))
+    exemplars = {r["item_id"]: r for r in items.to_dicts()}
+    settings = eval_settings(rule_params.evaluation(config))
+    rec = settings.recovery
+    out = []
+    for name in sorted(config["models"]):
+        with tempfile.TemporaryDirectory() as tmp:
+            model, tok = _load(name, config["models"][name], root, Path(tmp))
+        t = Timing(name, sample.height, torch.get_num_threads())
+        meta = RunMeta(name, dataset=dataset, lang=lang)
+        for part, formats in (("open+mc", ("open", "mc")), ("candidates", ("candidates",))):
+            s = replace(settings, formats=formats, recovery=RecoverySettings.only())
+            t0 = time.perf_counter()
+            log = evaluate_items(model, tok, sample, s, meta, progress=False)
+            t.per_item[part] = (time.perf_counter() - t0) / sample.height
+            if part == "open+mc":
+                opened = log.filter(pl.col("format") == "open")
+                t.prompt_tokens = float(opened["n_prompt_tokens"].mean())
+                right = {
+                    f: set(log.filter((pl.col("format") == f) & pl.col("correct"))["item_id"])
+                    for f in ("open", "mc")
+                }
+                t.kept_share = len(right["open"] & right["mc"]) / sample.height
+        toks = Tokens(tok, settings.prompt)
+        stop = stop_rule(model, tok)
+        base = dict(model=name, dataset=dataset, lang=lang)
+        rows = sample.to_dicts()
+        for part, on in (("beam", rec.beam), ("sample", rec.sample), ("oneshot", rec.oneshot)):
+            if not on:
+                continue
+            only = replace(
+                rec,
+                beam=part == "beam",
+                sample=part == "sample",
+                oneshot=part == "oneshot",
+                scope="all",
+            )
+            t0 = time.perf_counter()
+            recovery_rows(
+                model, toks, rows, replace(settings, recovery=only), stop, base, exemplars, False
+            )
+            t.per_item[part] = (time.perf_counter() - t0) / sample.height
+        cal = config["calibration"]
+        windows = _windows(items, tok, cal["n_windows"], cal["seq_len"], config["seed"])
+        n_layers = len(decoder_layers(model))
+        for method in config["pruning"]["methods"]:
+            p = rule_params.prune(config, name, method)
+            sparsity = (config["pruning"]["sparsities"] or [0.5])[0]
+            ps = prune_settings(p, method, "unstructured", sparsity)
+            t.prune[method] = _prune_first_layer(model, windows, ps) * n_layers
+        out.append(t)
+    return out
+
+
+def _windows(items: pl.DataFrame, tok, n: int, seq_len: int, seed: int) -> torch.Tensor:
+    """Calibration windows of the configured shape cut from the items' passages, repeated when
+    they are too short (only the shape matters for timing)."""
+    docs = sorted(set(items["context"].to_list()))
+    while True:
+        try:
+            return make_windows(docs, tok, n, seq_len, seed=seed)
+        except CalibrationError:
+            docs = docs * 2
+
+
+def _prune_first_layer(model, windows, settings) -> float:
+    """Seconds to prune a copy of the model cut to its first decoder block."""
+    work = copy.deepcopy(model)
+    del decoder_layers(work)[1:]
+    work.config.num_hidden_layers = 1
+    t0 = time.perf_counter()
+    prune_model(work, windows, settings, progress=False)
+    return time.perf_counter() - t0
+
+
+def _checkpoints(config: dict) -> int:
+    pr = config["pruning"]
+    return 1 + len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or []))
+
+
+def plan(
+    config: dict, timings: list[Timing], languages_items: dict[tuple[str, str], int]
+) -> list[RuleCost]:
+    """The cost of each timed rule. languages_items: (dataset, lang) -> items available."""
+    ev = config["evaluation"]
+    rec = ev["recovery"]
+    it = config["items"]
+    pool_formats = ["open+mc"] + (["candidates"] if "candidates" in ev["formats"] else [])
+    decodes = [p for p in ("beam", "sample", "oneshot") if rec.get(p)]
+    costs = {r: RuleCost(r, 0, 0, 0, 0.0, 0.0) for r in ("evaluate_pool", "prune", "evaluate")}
+    for t in timings:
+        per_pool_item = sum(t.per_item.get(p, 0.0) for p in pool_formats)
+        per_eval_item = per_pool_item + sum(t.per_item.get(p, 0.0) for p in decodes)
+        for n_available in languages_items.values():
+            pool = min(it["pool_max"], n_available)
+            selected = min(it["max_per_language"], math.ceil(pool * t.kept_share))
+            c = costs["evaluate_pool"]
+            c.jobs += 1
+            c.items += pool
+            c.tokens += int(pool * t.prompt_tokens * len(pool_formats))
+            c.cpu_seconds += pool * per_pool_item
+            c.longest_job = max(c.longest_job, pool * per_pool_item)
+            n_ckpt = _checkpoints(config)
+            c = costs["evaluate"]
+            c.jobs += n_ckpt
+            c.items += n_ckpt * selected
+            prompts = len(pool_formats) + len(decodes)
+            c.tokens += int(n_ckpt * selected * t.prompt_tokens * prompts)
+            c.cpu_seconds += n_ckpt * selected * per_eval_item
+            c.longest_job = max(c.longest_job, selected * per_eval_item)
+        pr = config["pruning"]
+        for sec in t.prune.values():
+            n = len(pr["sparsities"]) + len(pr.get("nm") or [])
+            c = costs["prune"]
+            c.jobs += n
+            c.cpu_seconds += n * sec
+            c.longest_job = max(c.longest_job, sec)
+    return list(costs.values())
+
+
+def wall_seconds(costs: list[RuleCost], cores: int, threads: int, slurm_jobs: int | None) -> float:
+    """Local: the rules' CPU time over the jobs that fit the cores at once. SLURM: per rule,
+    the longest job times the waves the jobs limit needs, rule after rule."""
+    if slurm_jobs is None:
+        parallel = max(1, cores // max(1, threads))
+        return sum(c.cpu_seconds for c in costs) / parallel
+    return sum(c.longest_job * math.ceil(c.jobs / slurm_jobs) for c in costs if c.jobs)
+
+
+def _available(config: dict, root: Path, ds: str, lang: str) -> int:
+    """Items a language offers: built ones, else the valid rows of a local file, else (a hub
+    source not downloaded yet) pool_max, an upper bound."""
+    built = root / "results" / "items" / ds / f"{lang}.parquet"
+    if built.is_file():
+        return pl.scan_parquet(built).select(pl.len()).collect().item()
+    cfg = rule_params.dataset(config, ds)
+    path = raw_path_for(cfg, lang)
+    if path is not None and Path(path).is_file():
+        good, _ = validate_rows(load_raw(cfg, lang), extractive=True)
+        return good.height
+    return config["items"]["pool_max"]
+
+
+def _hms(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
+
+
+def slurm_jobs_limit(root: Path) -> int | None:
+    """The SLURM profile's `jobs` (profiles/slurm/config.yaml), or None without one."""
+    import yaml
+
+    path = root / "profiles" / "slurm" / "config.yaml"
+    if not path.is_file():
+        return None
+    return int((yaml.safe_load(path.read_text()) or {}).get("jobs", 1))
+
+
+def estimate(config: dict, root: Path, n_items: int = 4, cores: int | None = None) -> str:
+    """Measure, plan and return the printed report."""
+    import os
+
+    cores = cores or os.cpu_count() or 1
+    timings = measure(config, root, n_items)
+    available = {
+        (ds, lang): _available(config, root, ds, lang)
+        for ds in config["datasets"]
+        for lang in config["datasets"][ds]["languages"]
+    }
+    costs = plan(config, timings, available)
+    threads = max(t.threads for t in timings)
+    jobs = slurm_jobs_limit(root)
+    lines = []
+    for t in timings:
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in t.per_item.items())
+        prunes = ", ".join(f"{k} {v:.1f}" for k, v in t.prune.items())
+        lines += [
+            f"{t.model}: timed on {t.n_items} items with {t.threads} threads: seconds per item: "
+            f"{parts}; {t.prompt_tokens:.0f} prompt tokens per item; right in open and mc: "
+            f"{t.kept_share:.0%}; seconds per pruned checkpoint: {prunes}",
+        ]
+    lines += ["", f"{'rule':15} {'jobs':>6} {'items':>8} {'tokens':>12} {'CPU time':>10}"]
+    for c in costs:
+        lines.append(
+            f"{c.rule:15} {c.jobs:>6} {c.items:>8} {c.tokens:>12} {_hms(c.cpu_seconds):>10}"
+        )
+    total = sum(c.cpu_seconds for c in costs)
+    lines += [
+        f"{'total':15} {sum(c.jobs for c in costs):>6} {sum(c.items for c in costs):>8} "
+        f"{sum(c.tokens for c in costs):>12} {_hms(total):>10}",
+        "",
+        f"wall time here ({cores} cores, {threads} threads per job): "
+        f"{_hms(wall_seconds(costs, cores, threads, None))}",
+    ]
+    if jobs is not None:
+        slurm = wall_seconds(costs, cores, threads, jobs)
+        lines.append(
+            f"wall time on SLURM (profiles/slurm: up to {jobs} jobs at once, each at this "
+            f"machine's speed; faster on GPU nodes): {_hms(slurm)}"
+        )
+    lines.append(
+        "not timed: import, calibration, SAE and concept rules, aggregation, figures "
+        "(see docs/cluster.md for their sizes)"
+    )
+    return "\n".join(lines)
