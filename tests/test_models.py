@@ -127,3 +127,12 @@ def test_a_package_with_several_gguf_files_lists_them(tmp_path, monkeypatch):
         ModelSourceError, match=r"holds 2 \.gguf files \(m\.Q4\.gguf, m\.Q8\.gguf\); name one"
     ):
         resolve_gguf({"source": "gguf_package", "package": "two-quants"})
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: cuda is valid here")
+def test_an_explicit_cuda_device_without_a_gpu_fails_instead_of_running_on_the_cpu():
+    from benchmark_illusion.models import resolve_device
+
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(RuntimeError, match="torch sees no GPU"):
+        resolve_device("cuda")

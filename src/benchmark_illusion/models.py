@@ -139,7 +139,21 @@ def checkpoint_hash(path: str | os.PathLike) -> str:
 
 
 def resolve_device(device: str) -> str:
-    """'auto' becomes 'cuda' when a GPU is visible, else 'cpu'."""
+    """'auto' becomes 'cuda' when a GPU is visible, else 'cpu'. An explicit 'cuda' without a
+    visible GPU is an error, not a silent run on the CPU."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device!r} was asked for (evaluation.device) but torch sees no GPU "
+            f"(torch {torch.__version__}, CUDA build: {torch.version.cuda is not None}); use "
+            "'auto' to fall back to the CPU"
+        )
     return device
+
+
+def log_peak_gpu_memory(logger, device: str, what: str) -> None:
+    """Log the peak GPU memory of this process on `device` (nothing on the CPU)."""
+    if str(device).startswith("cuda"):
+        peak = torch.cuda.max_memory_allocated(device) / 2**30
+        logger.info("%s: peak GPU memory %.2f GiB on %s", what, peak, device)

@@ -24,7 +24,7 @@ from .data import load_raw
 from .evaluate import RunMeta, evaluate_items
 from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
 from .items import build_items, validate_rows
-from .models import checkpoint_hash, load_checkpoint, resolve_device
+from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device
 from .prompts import PromptSettings
 from .pruning.layerwise import PruneSettings, check_report, prune_model
 from .pruning.masks import parse_structure
@@ -239,6 +239,7 @@ def evaluate_file(
         items.height / max(dt, 1e-9),
         acc,
     )
+    log_peak_gpu_memory(log, device, "evaluate")
     return df
 
 
@@ -368,9 +369,9 @@ def prune_file(
     settings = prune_settings(params, method, structure, sparsity)  # fails before any work
     if threads:
         torch.set_num_threads(threads)
-    net, tok = load_checkpoint(
-        model_dir, params["dtype"], resolve_device(device), trust_remote_code
-    )
+    device = resolve_device(device)
+    net, tok = load_checkpoint(model_dir, params["dtype"], device, trust_remote_code)
+    log.info("loaded %s on %s", model_dir, device)
     windows = load_file(str(calibration))["input_ids"] if calibration else None
     report = prune_model(net, windows, settings)
     report["model"] = model
@@ -399,4 +400,5 @@ def prune_file(
         report["measured_sparsity"],
         report["seconds"],
     )
+    log_peak_gpu_memory(log, device, "prune")
     return report
