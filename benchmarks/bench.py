@@ -102,6 +102,17 @@ class Table:
             flush=True,
         )
 
+    def speed(self, section: str, n: int, ours: list[float], theirs: list[float], note: str):
+        """items/s of both from their repetitions' wall times (median)."""
+        self.add(
+            section,
+            "items/s (median)",
+            n / statistics.median(ours),
+            n / statistics.median(theirs),
+            "items/s",
+            note,
+        )
+
     def write(self, header: str) -> str:
         RESULTS.mkdir(parents=True, exist_ok=True)
         with open(RESULTS / "bench.csv", "w", newline="") as f:
@@ -197,14 +208,7 @@ def section_mc(table, model, tok, model_dir, items, args):
         agree += max(range(k), key=lambda j: ours[j]) == max(range(k), key=lambda j: theirs[j])
         diff = max(diff, max(abs(a - b) for a, b in zip(ours, theirs, strict=True)))
     n = len(rows)
-    table.add(
-        "mc",
-        "items/s (median)",
-        n / statistics.median(ours_t),
-        n / statistics.median(theirs_t),
-        "items/s",
-        f"lm-eval batch {args.lmeval_batch}",
-    )
+    table.speed("mc", n, ours_t, theirs_t, f"lm-eval batch {args.lmeval_batch}")
     table.add("mc", "argmax agreement", agree, n, "items")
     table.add("mc", "largest option log-likelihood difference", diff, None, "nats")
 
@@ -232,14 +236,7 @@ def section_greedy(table, model, tok, model_dir, items, args):
         same += first.strip() == g.strip()
         leading += ours.startswith("\n") or ours.startswith(" \n")
     n = len(texts)
-    table.add(
-        "greedy",
-        "items/s (median)",
-        n / statistics.median(ours_t),
-        n / statistics.median(theirs_t),
-        "items/s",
-        f"batch {args.batch_size}",
-    )
+    table.speed("greedy", n, ours_t, theirs_t, f"batch {args.batch_size}")
     table.add(
         "greedy",
         "identical first lines",

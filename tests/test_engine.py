@@ -219,25 +219,17 @@ def test_sampling_stops_a_row_after_a_content_line_and_keeps_later_draws():
     prompts = _prompts()[:2]
     none = torch.zeros(200, dtype=torch.bool)
     every = torch.ones(200, dtype=torch.bool)
-    free = engine.sample(
-        model,
-        engine.prefill(model, prompts, PAD),
-        3,
-        [6, 6],
-        engine.StopRule(frozenset(), none, every),
-        torch.Generator().manual_seed(2),
-    )
+
+    def three_samples(newline):
+        state = engine.prefill(model, prompts, PAD)
+        stop = engine.StopRule(frozenset(), newline, every)
+        return engine.sample(model, state, 3, [6, 6], stop, torch.Generator().manual_seed(2))
+
+    free = three_samples(none)
     # make the second token of the first sample a line break
     nl = none.clone()
     nl[free[0][0][1]] = True
-    cut = engine.sample(
-        model,
-        engine.prefill(model, prompts, PAD),
-        3,
-        [6, 6],
-        engine.StopRule(frozenset(), nl, every),
-        torch.Generator().manual_seed(2),
-    )
+    cut = three_samples(nl)
     for b in range(2):
         for j in range(3):
             want = _expected_with_rule(free[b][j], frozenset(), nl, every)
