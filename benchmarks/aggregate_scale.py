@@ -2,7 +2,7 @@
 much memory it needs, from the smoke scale up to the paper's grid, on synthetic logs.
 
     .venv/bin/python benchmarks/aggregate_scale.py [--replicates 1000] \
-        [--scales smoke,default,paper]
+        [--scales smoke,default,paper,10m]
 
 Synthetic logs follow the real schema: per checkpoint x item an open, candidates and mc row; a
 checkpoint loses a share of open answers that grows with sparsity, half of them stay right in
@@ -34,12 +34,19 @@ SCALES = {
         21,
         200,
     ),  # 3 methods x (5 sparsities + 2:4) + dense; 9 TyDiQA + 12 XQuAD languages
+    # the paper grid with every decode on every item (recovery scope all, as config/paper.yaml)
+    # and 440 items per benchmark: 10 million log rows
+    "10m": (3, 19, 21, 440),
 }
+SCOPE = {"10m": "all"}
 
 
 def synthesize(
-    out: Path, models: int, checkpoints: int, benchmarks: int, items: int
+    out: Path, models: int, checkpoints: int, benchmarks: int, items: int, scope: str = "mc_only"
 ) -> tuple[list, list, list]:
+    """Write synthetic logs (LOG_SCHEMA) and selections; return the file lists. Recovery rows
+    (5 beams, 10 samples, one-shot) go to the MC-only items (scope mc_only) or to every item
+    of every checkpoint (scope all)."""
     import numpy as np
     import polars as pl
 
@@ -47,14 +54,37 @@ def synthesize(
 
     rng = np.random.default_rng(0)
     gen_files, sel_files, pool_files = [], [], []
+
+    def rows(ids, fmt, decode, correct, repeat=1, **cols):
+        n = len(ids)
+        frame = {
+            "item_id": np.repeat(ids, repeat),
+            "format": [fmt] * (n * repeat),
+            "decode": [decode] * (n * repeat),
+            "sample": np.tile(np.arange(repeat), n),
+            "correct": correct,
+        }
+        frame.update(cols)
+        return pl.DataFrame(frame)
+
     for m in range(models):
         model = f"model{m}"
         for b in range(benchmarks):
             lang = f"l{b:02d}"
-            ids = [f"{lang}-{i:04d}" for i in range(items)]
+            ids = np.array([f"{lang}-{i:04d}" for i in range(items)])
             sel = out / "selected" / model / "d" / f"{lang}.parquet"
             sel.parent.mkdir(parents=True, exist_ok=True)
-            pl.DataFrame({"item_id": ids, "dataset": "d", "lang": lang}).write_parquet(sel)
+            pl.DataFrame(
+                {
+                    "item_id": ids,
+                    "dataset": "d",
+                    "lang": lang,
+                    "options": [["a", "b", "c", "d"]] * items,
+                    "gold_option": rng.integers(4, size=items),
+                    "distractor_sources": [["answer", "span", "span"]] * items,
+                    "distractors_in_passage": [True] * items,
+                }
+            ).write_parquet(sel)
             sel_files.append(str(sel))
             for c in range(checkpoints):
                 method, sparsity = (
@@ -64,73 +94,44 @@ def synthesize(
                 )
                 lost = rng.random(items) < (0.0 if c == 0 else sparsity)
                 mc_ok = ~lost | (rng.random(items) < 0.5)
-                rows = []
-                base = dict(
-                    model=model,
-                    method=method,
-                    structure="none" if c == 0 else "unstructured",
-                    sparsity=sparsity,
-                    dataset="d",
-                    lang=lang,
-                    seed=0,
-                )
-                for i, item in enumerate(ids):
-                    r = dict(base, item_id=item, sample=0)
-                    rows += [
-                        dict(
-                            r,
-                            format="open",
-                            decode="greedy",
-                            correct=not lost[i],
-                            gold_rank=int(1 + 20 * lost[i]),
+                parts = [
+                    rows(ids, "open", "greedy", ~lost, gold_rank=(1 + 20 * lost).astype(int)),
+                    rows(ids, "candidates", "greedy", rng.random(items) < 0.6),
+                    rows(ids, "mc", "loglik", mc_ok, correct_norm=mc_ok),
+                ]
+                rec = ids if scope == "all" else ids[lost & mc_ok]
+                if len(rec):
+                    k = len(rec)
+                    parts += [
+                        rows(rec, "open", "beam", rng.random(5 * k) < 0.2, repeat=5),
+                        rows(
+                            rec,
+                            "open",
+                            "sample",
+                            rng.random(10 * k) < 0.2,
+                            repeat=10,
+                            answer_norm=[f"a{x}" for x in rng.integers(3, size=10 * k)],
                         ),
-                        dict(
-                            r,
-                            format="candidates",
-                            decode="greedy",
-                            correct=bool(rng.random() < 0.6),
-                        ),
-                        dict(
-                            r,
-                            format="mc",
-                            decode="loglik",
-                            correct=bool(mc_ok[i]),
-                            correct_norm=bool(mc_ok[i]),
-                        ),
+                        rows(rec, "oneshot", "greedy", rng.random(k) < 0.3),
                     ]
-                    if lost[i] and mc_ok[i]:
-                        rows += [
-                            dict(
-                                r,
-                                format="open",
-                                decode="beam",
-                                sample=k,
-                                correct=bool(rng.random() < 0.2),
-                            )
-                            for k in range(5)
-                        ]
-                        rows += [
-                            dict(
-                                r,
-                                format="open",
-                                decode="sample",
-                                sample=k,
-                                answer_norm=f"a{rng.integers(3)}",
-                                correct=bool(rng.random() < 0.2),
-                            )
-                            for k in range(10)
-                        ]
-                        rows.append(
-                            dict(
-                                r,
-                                format="oneshot",
-                                decode="greedy",
-                                correct=bool(rng.random() < 0.3),
-                            )
-                        )
+                df = pl.concat(parts, how="diagonal").with_columns(
+                    model=pl.lit(model),
+                    method=pl.lit(method),
+                    structure=pl.lit("none" if c == 0 else "unstructured"),
+                    sparsity=pl.lit(sparsity),
+                    dataset=pl.lit("d"),
+                    lang=pl.lit(lang),
+                    seed=pl.lit(0),
+                )
+                df = df.select(
+                    [
+                        (pl.col(n) if n in df.columns else pl.lit(None)).cast(t).alias(n)
+                        for n, t in LOG_SCHEMA.items()
+                    ]
+                )
                 path = out / "generations" / model / f"c{c}" / f"{lang}.parquet"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                pl.DataFrame(rows, schema=LOG_SCHEMA).write_parquet(path)
+                df.write_parquet(path)
                 gen_files.append(str(path))
                 if c == 0:
                     pool_files.append(str(path))
@@ -143,7 +144,7 @@ def run_one(scale: str, replicates: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         t0 = time.perf_counter()
-        gen, sel, pool = synthesize(out, *SCALES[scale])
+        gen, sel, pool = synthesize(out, *SCALES[scale], scope=SCOPE.get(scale, "mc_only"))
         t_syn = time.perf_counter() - t0
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
         t0 = time.perf_counter()
