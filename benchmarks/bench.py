@@ -14,6 +14,11 @@ Sections (--only a,b,...; all by default):
             matmul FLOP/s, measured in the same run
   memory    peak RSS of evaluating the items (open, mc, candidates) against holding the model
             and one batch
+  plan      `snakemake -n` of config/paper.yaml (1,400+ jobs): seconds
+  aggregate every metric table over 10 million synthetic log rows (benchmarks/
+            aggregate_scale.py, scale 10m): seconds and peak RSS
+  run       the embedded `make run` pipeline end to end in a fresh folder at --cores 2, against
+            the time the README gave before (PREVIOUS_RUN_MINUTES)
 
 Items: XQuAD en from ../shared/data/xquad when present (read in place, never copied), the
 shipped sample set otherwise. The anchors live in their own virtual environments under
@@ -45,7 +50,9 @@ XQUAD = ROOT.parent / "shared" / "data" / "xquad" / "xquad.{lang}.json"
 SAMPLE = ROOT / "resources" / "sample_qa" / "{lang}.json"
 TORCH = "torch==2.13.0"  # the CPU build on the project's machines; unpinned would pull CUDA
 ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"]}
-SECTIONS = ("mc", "greedy", "recovery", "flops", "memory")
+SECTIONS = ("mc", "greedy", "recovery", "flops", "memory", "plan", "aggregate", "run")
+# the embedded `make run` before this benchmark existed (README, 2 cores): the baseline of `run`
+PREVIOUS_RUN_MINUTES = 29.0
 
 sys.path.insert(0, str(BENCH))
 
@@ -396,6 +403,55 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     )
 
 
+def section_plan(table, args):
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [snakemake, "-n", "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", tmp]
+        cmd += ["--configfile", str(ROOT / "config" / "paper.yaml")]
+        best, jobs = float("inf"), 0
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            best = min(best, time.perf_counter() - t0)
+        for line in out.split("Job stats:", 1)[1].splitlines():
+            if line.startswith("total"):
+                jobs = int(line.split()[1])
+                break
+    table.add("plan", "snakemake -n, config/paper.yaml (best)", best, None, "s", f"{jobs} jobs")
+
+
+def section_aggregate(table, args):
+    out = subprocess.run(
+        [sys.executable, str(BENCH / "aggregate_scale.py"), "--one", "10m"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    note = f"{r['log_rows']:,} log rows, {r['weight_rows']:,} resample rows"
+    table.add("aggregate", "metric tables over 10M log rows", r["seconds"], None, "s", note)
+    table.add("aggregate", "peak RSS", r["peak_rss_gib"], None, "GiB")
+
+
+def section_run(table, args):
+    snakemake = str(Path(sys.executable).parent / "snakemake")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [snakemake, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", tmp]
+        cmd += ["--configfile", str(ROOT / "config" / "config.yaml")]
+        cmd += ["--profile", str(ROOT / "profiles" / "local")]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        minutes = (time.perf_counter() - t0) / 60
+    table.add(
+        "run",
+        "make run (embedded default), --cores 2",
+        minutes,
+        PREVIOUS_RUN_MINUTES,
+        "min",
+        "anchor = the README's time before this benchmark",
+    )
+
+
 def bundled():
     from recovery_decodes import bundled_model
 
@@ -420,7 +476,8 @@ def main() -> None:
     import torch
     from recovery_decodes import items_for
 
-    model, tok = bundled()
+    needs_model = set(only) & {"mc", "greedy", "recovery", "flops", "memory"}
+    model, tok = bundled() if needs_model else (None, None)
     model_dir = BENCH / ".models" / "smollm2-135m"
     src, label = items_source()
     items = items_for(src, "en", args.n, args.seed)
@@ -442,6 +499,12 @@ def main() -> None:
             section_flops(table, model, tok, items, args)
         elif name == "memory":
             section_memory(table, model, tok, items, args)
+        elif name == "plan":
+            section_plan(table, args)
+        elif name == "aggregate":
+            section_aggregate(table, args)
+        elif name == "run":
+            section_run(table, args)
     print()
     print(table.write(header))
 
