@@ -10,6 +10,9 @@ Sections (--only a,b,...; all by default):
             break, the same budgets): identical first lines, items/s ratio
   recovery  5 beams + 10 samples per item vs transformers `generate` (benchmarks/
             recovery_decodes.py): identical hypotheses and draws, items/s ratio
+  prune     Wanda and SparseGPT (50% unstructured) vs llm-compressor `oneshot` on the same
+            calibration windows (exchanged as a file; its own venv: it pins another
+            transformers): time ratio, Wanda mask agreement, held-out perplexity of both
   flops     achieved forward FLOP/s of the evaluation loop as a share of this machine's fp32
             matmul FLOP/s, measured in the same run
   memory    peak RSS of evaluating the items (open, mc, candidates) against holding the model
@@ -49,8 +52,8 @@ RESULTS = BENCH / "results"
 XQUAD = ROOT.parent / "shared" / "data" / "xquad" / "xquad.{lang}.json"
 SAMPLE = ROOT / "resources" / "sample_qa" / "{lang}.json"
 TORCH = "torch==2.13.0"  # the CPU build on the project's machines; unpinned would pull CUDA
-ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"]}
-SECTIONS = ("mc", "greedy", "recovery", "flops", "memory", "plan", "aggregate", "run")
+ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"], "llmc": ["llmcompressor==0.14.0.1"]}
+SECTIONS = ("mc", "greedy", "recovery", "prune", "flops", "memory", "plan", "aggregate", "run")
 # the embedded `make run` before this benchmark existed (README, 2 cores): the baseline of `run`
 PREVIOUS_RUN_MINUTES = 29.0
 
@@ -403,6 +406,102 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
     )
 
 
+def _passages(path_template: str) -> list[str]:
+    data = json.loads(Path(path_template.format(lang="en")).read_text())["data"]
+    return sorted({p["context"] for d in data for p in d["paragraphs"]})
+
+
+def _perplexity(model, windows) -> float:
+    import math
+
+    import torch
+
+    with torch.inference_mode():
+        loss = sum(
+            float(model(input_ids=windows[i : i + 4], labels=windows[i : i + 4]).loss)
+            * len(windows[i : i + 4])
+            for i in range(0, len(windows), 4)
+        ) / len(windows)
+    return math.exp(loss)
+
+
+def section_prune(table, model_dir, args):
+    from safetensors.torch import save_file
+
+    from benchmark_illusion.calibration import make_windows
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.pruning.layerwise import (
+        PruneSettings,
+        decoder_layers,
+        prunable_linears,
+        prune_model,
+    )
+
+    py = anchor_python("llmc")
+    model, tok = load_checkpoint(model_dir)
+    docs = _passages(items_source()[0])
+    half = len(docs) // 2
+    calib = make_windows(docs[:half], tok, args.calib_windows, args.calib_len, seed=1)
+    held = make_windows(docs[half:], tok, 16, args.calib_len, seed=2)
+    table.add("prune", "dense held-out perplexity", _perplexity(model, held), None, "")
+
+    def masks(m):
+        return {
+            f"{i}.{name}": lin.weight == 0
+            for i, layer in enumerate(decoder_layers(m))
+            for name, lin in prunable_linears(layer).items()
+        }
+
+    with tempfile.TemporaryDirectory() as tmp:
+        wpath = Path(tmp) / "windows.safetensors"
+        save_file({"input_ids": calib.contiguous()}, str(wpath))
+        for method in ("wanda", "sparsegpt"):
+            ours, _ = load_checkpoint(model_dir)
+            t0 = time.perf_counter()
+            prune_model(ours, calib, PruneSettings(method, 0.5), progress=False)
+            our_s = time.perf_counter() - t0
+            out_dir, out_json = Path(tmp) / method, Path(tmp) / f"{method}.json"
+            env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+            subprocess.run(
+                [str(py), str(BENCH / "anchors" / "llmc_worker.py"), str(model_dir), str(wpath)]
+                + [method, "0.5", str(out_dir), str(out_json)],
+                check=True,
+                env=env,
+                capture_output=True,
+            )
+            res = json.loads(out_json.read_text())
+            theirs, _ = load_checkpoint(out_dir)
+            table.add(
+                "prune",
+                f"{method} seconds",
+                our_s,
+                res["seconds"],
+                "s",
+                f"{args.calib_windows} x {args.calib_len} calibration tokens",
+            )
+            a, b = masks(ours), masks(theirs)
+            same = sum(int((a[k] == b[k]).sum()) for k in a)
+            total = sum(a[k].numel() for k in a)
+            table.add(
+                "prune",
+                f"{method} mask agreement",
+                same / total,
+                1.0,
+                "share",
+                f"sparsity ours {sum(int(a[k].sum()) for k in a) / total:.4f}, "
+                f"theirs {sum(int(b[k].sum()) for k in b) / total:.4f}",
+            )
+            table.add(
+                "prune",
+                f"{method} held-out perplexity",
+                _perplexity(ours, held),
+                _perplexity(theirs, held),
+                "",
+                "anchor: llm-compressor's checkpoint",
+            )
+            del ours, theirs
+
+
 def section_plan(table, args):
     snakemake = str(Path(sys.executable).parent / "snakemake")
     with tempfile.TemporaryDirectory() as tmp:
@@ -467,6 +566,8 @@ def main() -> None:
     p.add_argument("--lmeval-batch", type=int, default=16)
     p.add_argument("--budget", type=int, default=24)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--calib-windows", type=int, default=16, help="prune: calibration windows")
+    p.add_argument("--calib-len", type=int, default=128, help="prune: tokens per window")
     args = p.parse_args()
     only = [s for s in args.only.split(",") if s]
     unknown = set(only) - set(SECTIONS)
@@ -476,7 +577,7 @@ def main() -> None:
     import torch
     from recovery_decodes import items_for
 
-    needs_model = set(only) & {"mc", "greedy", "recovery", "flops", "memory"}
+    needs_model = set(only) & {"mc", "greedy", "recovery", "prune", "flops", "memory"}
     model, tok = bundled() if needs_model else (None, None)
     model_dir = BENCH / ".models" / "smollm2-135m"
     src, label = items_source()
@@ -495,6 +596,8 @@ def main() -> None:
             section_greedy(table, model, tok, model_dir, items, args)
         elif name == "recovery":
             section_recovery(table, model, tok, items, args)
+        elif name == "prune":
+            section_prune(table, model_dir, args)
         elif name == "flops":
             section_flops(table, model, tok, items, args)
         elif name == "memory":
