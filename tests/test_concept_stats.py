@@ -22,7 +22,6 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
-import polars as pl
 import pytest
 import yaml
 
@@ -36,6 +35,7 @@ from benchmark_illusion.competency import (
 )
 from benchmark_illusion.config import ConfigError, validate_config
 from benchmark_illusion.figures import _concept_damage_figure
+from test_concepts_sql import concept_files
 from test_config import minimal
 from test_sql import build, row
 
@@ -80,55 +80,7 @@ def activations():
 
 def write_concepts(tmp_path, acts, n_concepts=26, items=None):
     items = items or {lang: ids(lang) for lang in LANGS}
-    a = pl.DataFrame(
-        [
-            {
-                "model": "m",
-                "dataset": "d",
-                "lang": lang,
-                "item_id": i,
-                "concept": c,
-                "activation": v,
-            }
-            for lang, i, c, v in acts
-        ],
-        schema={
-            "model": pl.Utf8,
-            "dataset": pl.Utf8,
-            "lang": pl.Utf8,
-            "item_id": pl.Utf8,
-            "concept": pl.Int32,
-            "activation": pl.Float32,
-        },
-    )
-    t = pl.DataFrame(
-        [
-            {
-                "model": "m",
-                "dataset": "d",
-                "lang": lang,
-                "item_id": i,
-                "n_tokens": 10,
-                "n_excluded": 0,
-            }
-            for lang, xs in items.items()
-            for i in xs
-        ]
-    )
-    lab = pl.DataFrame(
-        {
-            "model": ["m"] * n_concepts,
-            "concept": list(range(n_concepts)),
-            "label": [f"c{c}" for c in range(n_concepts)],
-            "llm_label": [None] * n_concepts,
-            "n_fired": [5] * n_concepts,
-        },
-        schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8},
-    )
-    paths = [tmp_path / "a.parquet", tmp_path / "t.parquet", tmp_path / "l.parquet"]
-    for df, p in zip((a, t, lab), paths, strict=True):
-        df.write_parquet(p)
-    return [str(p) for p in paths]
+    return concept_files(tmp_path, acts, items, n_concepts)
 
 
 def synthetic(tmp_path, settings=SETTINGS, language_only=False):

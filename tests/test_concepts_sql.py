@@ -44,7 +44,9 @@ ACTS = [
 ITEMS = {"en": [f"i{k}" for k in range(1, 8)], "es": ["j1", "j2"]}
 
 
-def concept_files(tmp_path, acts=ACTS, items=ITEMS):
+def concept_files(tmp_path, acts=ACTS, items=ITEMS, n_concepts=4):
+    """The three concept files of one model: activations (acts: (lang, item, concept, value)),
+    token counts of `items` (lang -> ids), labels of n_concepts concepts; returns their paths."""
     a = pl.DataFrame(
         [
             {
@@ -82,11 +84,11 @@ def concept_files(tmp_path, acts=ACTS, items=ITEMS):
     )
     lab = pl.DataFrame(
         {
-            "model": ["m"] * 4,
-            "concept": [0, 1, 2, 3],
-            "label": [f"c{c}" for c in range(4)],
-            "llm_label": [None] * 4,
-            "n_fired": [5, 5, 5, 5],
+            "model": ["m"] * n_concepts,
+            "concept": list(range(n_concepts)),
+            "label": [f"c{c}" for c in range(n_concepts)],
+            "llm_label": [None] * n_concepts,
+            "n_fired": [5] * n_concepts,
         },
         schema_overrides={"concept": pl.Int32, "llm_label": pl.Utf8},
     )
