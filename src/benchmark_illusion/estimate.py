@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -38,6 +39,7 @@ from pathlib import Path
 
 import polars as pl
 import torch
+import yaml
 
 from . import params as rule_params
 from .calibration import CalibrationError, make_windows
@@ -262,8 +264,6 @@ def _hms(seconds: float) -> str:
 
 def slurm_jobs_limit(root: Path) -> int | None:
     """The SLURM profile's `jobs` (profiles/slurm/config.yaml), or None without one."""
-    import yaml
-
     path = root / "profiles" / "slurm" / "config.yaml"
     if not path.is_file():
         return None
@@ -272,8 +272,6 @@ def slurm_jobs_limit(root: Path) -> int | None:
 
 def estimate(config: dict, root: Path, n_items: int = 4, cores: int | None = None) -> str:
     """Measure, plan and return the printed report."""
-    import os
-
     cores = cores or os.cpu_count() or 1
     timings = measure(config, root, n_items)
     available = {
