@@ -33,7 +33,7 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(model_dir)
     modifier = {"wanda": WandaPruningModifier, "sparsegpt": SparseGPTModifier}[method](
-        sparsity=float(sparsity), mask_structure="0:0", targets="__ALL_PRUNABLE__"
+        sparsity=float(sparsity), mask_structure="0:0", ignore=["re:.*lm_head"]
     )
     t0 = time.perf_counter()
     oneshot(
@@ -42,6 +42,7 @@ def main() -> None:
         recipe=modifier,
         num_calibration_samples=ids.shape[0],
         max_seq_length=ids.shape[1],
+        shuffle_calibration_samples=False,
     )
     seconds = time.perf_counter() - t0
     model.save_pretrained(out_dir, save_compressed=False)
