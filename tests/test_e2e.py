@@ -1063,6 +1063,14 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
     return out
 
 
+def same_threads() -> list[str]:
+    """Snakemake arguments that give a local re-run's evaluate job the thread count the smoke
+    run's job had: 1 on the test cluster (tests/slurm/profile), else the rule's own (capped at
+    --cores 2, the same). Log-probs differ in their last bits between thread counts (matmul
+    reductions are split per thread), so rows are identical only at the same count."""
+    return ["--set-threads", "evaluate=1"] if SMOKE["slurm"] else []
+
+
 def start_and_kill_mid_evaluation(
     work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool
 ) -> None:
@@ -1085,7 +1093,7 @@ def start_and_kill_mid_evaluation(
         str(cfg),
     ]
     proc = subprocess.Popen(
-        [*cmd, "--forcerun", target, "--", target],
+        [*cmd, *same_threads(), "--forcerun", target, "--", target],
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -1126,7 +1134,7 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
         )  # a dry run takes no lock: try for real
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
         assert snakemake(work, cfg, "--unlock").returncode == 0
-    res = snakemake(work, cfg, "--rerun-incomplete", target)
+    res = snakemake(work, cfg, *same_threads(), "--rerun-incomplete", target)
     assert res.returncode == 0, res.stderr[-3000:]
     after = pl.read_parquet(work / target).drop("seconds")
     assert after.equals(before)
