@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
@@ -138,6 +137,13 @@ def synthesize(
     return gen_files, sel_files, pool_files
 
 
+def peak_rss_gib() -> float:
+    """This process's peak RSS (VmHWM: ru_maxrss would start from the parent's peak at fork)."""
+    with open("/proc/self/status") as f:
+        kib = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    return kib / 2**20
+
+
 def run_one(scale: str, replicates: int) -> dict:
     from benchmark_illusion.aggregate import MetricSettings, build_database
 
@@ -146,7 +152,7 @@ def run_one(scale: str, replicates: int) -> dict:
         t0 = time.perf_counter()
         gen, sel, pool = synthesize(out, *SCALES[scale], scope=SCOPE.get(scale, "mc_only"))
         t_syn = time.perf_counter() - t0
-        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+        rss_before = peak_rss_gib()
         t0 = time.perf_counter()
         build_database(
             out / "illusion.duckdb",
@@ -172,7 +178,7 @@ def run_one(scale: str, replicates: int) -> dict:
         seconds=seconds,
         db_mib=size,
         rss_before_gib=rss_before,
-        peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        peak_rss_gib=peak_rss_gib(),
     )
 
 

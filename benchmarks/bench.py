@@ -38,7 +38,6 @@ import argparse
 import csv
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -79,10 +78,6 @@ def items_source() -> tuple[str, str]:
     if Path(str(XQUAD).format(lang="en")).is_file():
         return str(XQUAD), "XQuAD en"
     return str(SAMPLE), "sample en"
-
-
-def peak_rss_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 class Table:
@@ -367,7 +362,7 @@ def section_memory(table, model, tok, items, args):
     """Peak RSS of evaluating every item in every format, in a fresh process, against a fresh
     process that holds the model and runs one batch of prompts."""
     code = f"""
-import resource, sys
+import sys
 sys.path.insert(0, {str(BENCH)!r})
 import polars as pl, bench
 model, tok = bench.bundled()
@@ -382,7 +377,9 @@ if which == 'batch':
     engine.prefill(model, [toks.encode(t) for t in texts[:{args.batch_size}]], toks.pad_id)
 else:
     bench.our_eval(model, tok, items, ('open', 'mc', 'candidates'), {args.batch_size})
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+# VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's peak at fork on Linux
+hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]
+print(int(hwm) / 2**20)
 """
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "items.parquet"
