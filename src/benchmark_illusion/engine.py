@@ -355,6 +355,18 @@ class StopRule:
             stops.add(tokenizer.eos_token_id)
         return cls(frozenset(stops), newline, content)
 
+    def feed(self, tokens: list[int], has_content: bool, t: int) -> tuple[bool, bool]:
+        """Apply token `t` to a row's `tokens`: appended unless it is a stop token.
+        Returns (the row is done, the row has content)."""
+        if t in self.stop_ids:
+            return True, has_content
+        tokens.append(t)
+        if t < self.newline.shape[0]:
+            has_content = has_content or bool(self.content[t])
+            if bool(self.newline[t]) and has_content:
+                return True, has_content
+        return False, has_content
+
 
 @torch.inference_mode()
 def greedy(
@@ -371,22 +383,12 @@ def greedy(
     out: list[list[int]] = [[] for _ in range(B)]
     done = [False] * B
     has_content = [False] * B
-    stop_ids = stop.stop_ids
-    vocab = stop.newline.shape[0]
     kw = _cache_kwarg(model)
     for step in range(max_new_tokens):
         nxt = logits.argmax(-1)  # [B]
         for b, t in enumerate(nxt.tolist()):
-            if done[b]:
-                continue
-            if t in stop_ids:
-                done[b] = True
-                continue
-            out[b].append(t)
-            if t < vocab:
-                has_content[b] = has_content[b] or bool(stop.content[t])
-                if bool(stop.newline[t]) and has_content[b]:
-                    done[b] = True
+            if not done[b]:
+                done[b], has_content[b] = stop.feed(out[b], has_content[b], t)
         if all(done) or step == max_new_tokens - 1:
             break
         feed = torch.where(torch.tensor(done, device=device), torch.full_like(nxt, pad_id), nxt)[
@@ -531,7 +533,6 @@ def sample(
     rows = torch.arange(N, device=device)  # the rows in the cache, in cache order
     has_content = [False] * N
     kw = _cache_kwarg(model)
-    vocab = stop.newline.shape[0]
     for _ in range(max(budgets)):
         scores = logits / temperature if temperature != 1.0 else logits
         if top_p < 1.0:
@@ -546,16 +547,8 @@ def sample(
         for row in rows.tolist():
             if not live[row]:
                 continue
-            tok = int(nxt[row])
-            if tok in stop.stop_ids:
-                live[row] = False
-                continue
-            out[row].append(tok)
-            if tok < vocab:
-                has_content[row] = has_content[row] or bool(stop.content[tok])
-                if bool(stop.newline[tok]) and has_content[row]:
-                    live[row] = False
-            if len(out[row]) >= int(budget[row]):
+            done, has_content[row] = stop.feed(out[row], has_content[row], int(nxt[row]))
+            if done or len(out[row]) >= int(budget[row]):
                 live[row] = False
         keep = [j for j, row in enumerate(rows.tolist()) if live[row]]
         if not keep:
