@@ -253,34 +253,19 @@ def section_greedy(table, model, tok, model_dir, items, args):
 
 
 def section_recovery(table, model, tok, items, args):
-    import torch
-    from recovery_decodes import engine_decodes, hf_decodes
+    from recovery_decodes import compare, same
 
-    from benchmark_illusion.decoding import Tokens, batches, format_prompts
-    from benchmark_illusion.engine import StopRule
-    from benchmark_illusion.settings import EvalSettings
-
-    settings = EvalSettings()
-    toks = Tokens(tok, settings.prompt)
-    stop = StopRule.for_tokenizer(tok)
-    rows = items.to_dicts()
-    _, ids, order = format_prompts(toks, settings, rows, "open")
-    plan = list(batches(order, args.batch_size))
-    ns = argparse.Namespace(beams=5, samples=10, top_p=0.9, seed=1234)
-    times = {"hf": [], "engine": []}
-    outs = {}
-    with torch.inference_mode():
-        for _ in range(args.reps):
-            for name, fn in (("engine", engine_decodes), ("hf", hf_decodes)):
-                t0 = time.perf_counter()
-                outs[name] = [
-                    fn(model, toks, ids, b, args.budget, stop, ns, i) for i, b in enumerate(plan)
-                ]
-                times[name].append(time.perf_counter() - t0)
-    flat = {
-        k: ([h for r in v for h in r[0]], [s for r in v for s in r[1]]) for k, v in outs.items()
-    }
-    n = len(rows)
+    ns = argparse.Namespace(
+        beams=5,
+        samples=10,
+        top_p=0.9,
+        seed=1234,
+        reps=args.reps,
+        budget=args.budget,
+        batch_size=args.batch_size,
+    )
+    res = compare(model, tok, items.to_dicts(), ns)
+    n, times = len(items), res["times"]
     table.add(
         "recovery",
         "items/s, 5 beams + 10 samples (median)",
@@ -289,18 +274,13 @@ def section_recovery(table, model, tok, items, args):
         "items/s",
         f"budget {args.budget}",
     )
-    table.add(
-        "recovery",
-        "identical beam hypotheses",
-        sum(a == b for a, b in zip(*(flat[k][0] for k in ("engine", "hf")), strict=True)),
-        len(flat["hf"][0]),
-        "hypotheses",
-    )
+    beams, samples = res["beams"], res["samples"]
+    table.add("recovery", "identical beam hypotheses", same(beams), len(beams["hf"]), "hypotheses")
     table.add(
         "recovery",
         "identical samples (first line)",
-        sum(a == b for a, b in zip(*(flat[k][1] for k in ("engine", "hf")), strict=True)),
-        len(flat["hf"][1]),
+        same(samples),
+        len(samples["hf"]),
         "samples",
         "same seed",
     )
@@ -572,7 +552,7 @@ def main() -> None:
         p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
 
     import torch
-    from recovery_decodes import items_for
+    from realism_xquad import items_for
 
     needs_model = set(only) & {"mc", "greedy", "recovery", "prune", "flops", "memory"}
     model, tok = bundled() if needs_model else (None, None)

