@@ -638,6 +638,7 @@ SETTINGS_IN_SCHEMA = [
         {
             "formats": "evaluation.formats",
             "batch_size": "evaluation.batch_size",
+            "decode_rows": "evaluation.decode_rows",
             "max_new_tokens": "evaluation.max_new_tokens",
             "budget_margin": "evaluation.budget_margin",
             "max_length_factor": "judge.max_length_factor",

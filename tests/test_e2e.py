@@ -965,6 +965,19 @@ def test_second_run_has_nothing_to_do(smoke_run):
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
+def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
+    """evaluation.device and evaluation.decode_rows change where and how fast rows are computed,
+    not what they hold: no job re-runs."""
+    work, cfg = smoke_run
+    edited = yaml.safe_load(cfg.read_text())
+    edited["evaluation"].update(device="cpu", decode_rows=3)
+    path = work / "speed-changed.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    res = snakemake(work, path, "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Nothing to be done" in res.stdout + res.stderr
+
+
 def changed_plan(work: Path, cfg: Path, change) -> dict[str, int]:
     """The dry run's job table after `change` edits a copy of the smoke config."""
     edited = yaml.safe_load(cfg.read_text())

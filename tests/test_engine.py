@@ -288,3 +288,57 @@ def test_pad_id_falls_back_to_eos_then_zero():
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=2)) == 2
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=0)) == 0
     assert engine.pad_id(tok(pad_token_id=None, eos_token_id=None)) == 0
+
+
+def _headed_prompts():
+    """Prompts that share a 20-token head (like a chat template's system turn), then differ."""
+    g = torch.Generator().manual_seed(3)
+    head = torch.randint(3, 200, (20,), generator=g).tolist()
+    return [head + torch.randint(3, 200, (n,), generator=g).tolist() for n in (4, 9, 1, 6)]
+
+
+def test_shared_head_length():
+    assert engine.shared_head([[1] * 30, [1] * 20 + [2]]) == 20
+    assert engine.shared_head([[1] * 30, [1] * 30]) == 29  # each row keeps a token of its own
+    assert engine.shared_head([[1] * 30, [1] * 10 + [2]]) == 0  # under the minimum
+    assert engine.shared_head([[1] * 30]) == 0
+
+
+def test_prefill_with_a_shared_head_reads_like_each_prompt_alone():
+    model = make_tiny_model(200)
+    prompts = _headed_prompts()
+    shared = engine.prefill(model, prompts, PAD)
+    plain = engine.prefill(model, prompts, PAD, share=False)
+    assert shared.mask.shape[1] == 20 + 9 and not bool(shared.mask[2, 20:-1].any())
+    assert torch.equal(shared.next_pos, plain.next_pos)
+    assert torch.allclose(shared.last_logits, plain.last_logits, atol=1e-5)
+    conts = [[[7, 8, 9], [10]] for _ in prompts]
+    got = engine.score_continuations(model, shared, conts, PAD)
+    for b, p in enumerate(prompts):
+        for k, c in enumerate(conts[b]):
+            assert abs(got[b][k] - naive_logprob(model, p, c)) < 1e-4, (b, k)
+    stop = engine.StopRule(
+        frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
+    out = engine.greedy(model, shared, 6, stop, PAD)
+    assert out == [naive_greedy(model, p, 6) for p in prompts]
+
+
+def test_stacked_states_decode_like_each_batch_alone_with_per_row_budgets():
+    model = make_tiny_model(200)
+    a, b = _prompts(), _headed_prompts()[:2]  # widths 11 and 29: rows padded differently
+    budgets = [6, 2, 4, 1, 5, 3]
+    rows = a + b
+    # token 5 ends a row early: the rows that finish leave the batch while the others run on
+    five = engine.StopRule(
+        frozenset({5}), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
+    state = engine.stack([engine.prefill(model, a, PAD), engine.prefill(model, b, PAD)], room=3)
+    assert state.mask.shape == (6, 29)
+    got = engine.greedy(model, state, budgets, five, PAD)
+    for r, p in enumerate(rows):
+        free = naive_greedy(model, p, budgets[r])
+        want = free[: free.index(5)] if 5 in free else free
+        assert got[r] == want, r
+    with pytest.raises(ValueError, match="2 budgets for 6 rows"):
+        engine.greedy(model, state, [1, 2], five, PAD)

@@ -176,7 +176,9 @@ def test_prune_params_carry_method_settings_only_for_their_method(config):
     assert set(mag) == {"dtype", "tolerance"}
     assert set(wanda) == {"dtype", "tolerance", "batch_size"}
     assert set(sgpt) == {"dtype", "tolerance", "batch_size", "sparsegpt"}
-    assert "device" not in rule_params.evaluation(config)["evaluation"]
+    for how in ("device", "decode_rows"):  # where and how fast, not what a row holds
+        assert how in config["evaluation"]
+        assert how not in rule_params.evaluation(config)["evaluation"]
     assert "recovery" not in rule_params.pool_evaluation(config)["evaluation"]
     assert "languages" not in rule_params.dataset(config, "sample")
 

@@ -242,6 +242,15 @@ def test_batches_hold_one_budget_each():
     assert list(batches(list(range(7)), 3)) == [[0, 1, 2], [3, 4, 5], [6]]
 
 
+def test_batches_cut_before_a_much_longer_prompt():
+    from benchmark_illusion.decoding import LENGTH_SLACK, batches
+
+    lengths = [100, 110, 125, 126, 130, 300, 700]
+    got = list(batches(list(range(7)), 4, lengths=lengths))
+    assert got == [[0, 1, 2], [3, 4], [5], [6]]
+    assert all(lengths[b[-1]] <= LENGTH_SLACK * lengths[b[0]] for b in got)
+
+
 def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_tokenizer):
     from benchmark_illusion.decoding import decoy_option, judge_row
 

@@ -37,7 +37,8 @@ class Prefill:
 
     last_logits: [B, V] float32 logits at each row's last prompt token.
     cache: the model's KV cache over the padded prompts.
-    mask: [B, T] attention mask (0 on left padding).
+    mask: [B, T] attention mask (0 on padding: on the left, or between a shared head and a
+      row's own tail, see `prefill`).
     next_pos: [B] position id of each row's next token.
     """
 
@@ -88,26 +89,71 @@ def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, 
     return pad_batch(seqs, pad_id, device, side="left")
 
 
+# A shared head shorter than this is run with the rest: its own forward would cost more than
+# the rows' repeats of it.
+SHARED_HEAD_MIN = 16
+
+
 def positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids from an attention mask: 0 at each row's first real token."""
     return (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-@torch.inference_mode()
-def prefill(model, seqs: list[list[int]], pad_id: int) -> Prefill:
-    """Run prompts `seqs` once; keep the cache for scoring and decoding."""
-    device = next(model.parameters()).device
-    ids, mask = pad_batch(seqs, pad_id, device, side="left")
+def shared_head(seqs: list[list[int]], at_least: int = SHARED_HEAD_MIN) -> int:
+    """Length of the token prefix every row of `seqs` starts with, leaving each row at least
+    one token of its own (0 when under `at_least` tokens, or for a single row)."""
+    if len(seqs) < 2:
+        return 0
+    n = min(len(s) for s in seqs) - 1
+    first = seqs[0]
+    for s in seqs[1:]:
+        k = 0
+        while k < n and s[k] == first[k]:
+            k += 1
+        n = k
+    return n if n >= at_least else 0
+
+
+def _logits_to_keep(model) -> dict:
     # Only the last position's logits are needed: skipping the rest saves the lm_head's
     # [T, V] product, a fifth of the prefill's cost for a small model with a large vocabulary.
-    keep = (
-        {"logits_to_keep": 1}
-        if "logits_to_keep" in inspect.signature(model.forward).parameters
-        else {}
-    )
-    out = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **keep
-    )
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        return {"logits_to_keep": 1}
+    return {}
+
+
+@torch.inference_mode()
+def prefill(model, seqs: list[list[int]], pad_id: int, share: bool = True) -> Prefill:
+    """Run prompts `seqs` once; keep the cache for scoring and decoding.
+
+    share: the tokens every prompt of the batch starts with (the chat template's system turn
+    and the instruction; the passage too when the batch's questions share one) run once, in
+    a batch of one, and their cache is repeated to every row; only each row's own tail runs
+    batched. The rows then read [head][padding][tail]: the mask is 0 on the padding, and
+    positions continue from the head, so every row sees what it would see alone.
+    """
+    device = next(model.parameters()).device
+    keep = _logits_to_keep(model)
+    head = shared_head(seqs) if share else 0
+    if not head:
+        ids, mask = pad_batch(seqs, pad_id, device, side="left")
+        out = model(
+            input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **keep
+        )
+    else:
+        kw = _cache_kwarg(model)
+        first = model(input_ids=torch.tensor([seqs[0][:head]], device=device), use_cache=True)
+        cache = select_rows(_out_cache(first), torch.zeros(len(seqs), dtype=torch.long))
+        ids, tail = pad_batch([s[head:] for s in seqs], pad_id, device, side="left")
+        mask = torch.cat([torch.ones((len(seqs), head), dtype=tail.dtype, device=device), tail], 1)
+        out = model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions(mask)[:, head:],
+            use_cache=True,
+            **{kw: cache},
+            **keep,
+        )
     return Prefill(
         last_logits=out.logits[:, -1, :].float(),
         cache=_out_cache(out),
@@ -147,6 +193,29 @@ class RoomyLayer(DynamicLayer):
         self._k[:, :, : self.length] = keys
         self._v[:, :, : self.length] = values
         self._views()
+
+    @classmethod
+    def stacked(cls, parts: list[tuple[torch.Tensor, torch.Tensor]], width: int, room: int):
+        """The rows of every (keys, values) part, each right-aligned in `width` positions;
+        the padding on the left is zero (masked, but it must not hold NaN: a masked value
+        still meets a zero weight)."""
+        k0, v0 = parts[0]
+        n = sum(k.shape[0] for k, _ in parts)
+        layer = cls.__new__(cls)
+        DynamicLayer.__init__(layer)
+        layer.device, layer.is_initialized, layer.length = k0.device, True, width
+        layer._k = k0.new_empty((n, k0.shape[1], width + room, k0.shape[3]))
+        layer._v = v0.new_empty((n, v0.shape[1], width + room, v0.shape[3]))
+        at = 0
+        for k, v in parts:
+            rows, pad = slice(at, at + k.shape[0]), width - k.shape[2]
+            layer._k[rows, :, :pad] = 0
+            layer._v[rows, :, :pad] = 0
+            layer._k[rows, :, pad:width] = k
+            layer._v[rows, :, pad:width] = v
+            at += k.shape[0]
+        layer._views()
+        return layer
 
     def _views(self) -> None:
         self.keys = self._k[:, :, : self.length]
@@ -208,6 +277,36 @@ def expand(state: Prefill, repeats: int, room: int = 0) -> Prefill:
         cache=cache,
         mask=state.mask[rows],
         next_pos=state.next_pos[rows],
+    )
+
+
+def stack(states: list[Prefill], room: int = 0) -> Prefill:
+    """One state holding the rows of every state in `states`, in order (left-padded to the
+    widest), with RoomyLayers that have `room` for decoded tokens.
+
+    Greedy decoding is bound by reading the weights once per step, not by the rows it feeds:
+    decoding the rows of several prefill batches together makes each step several times
+    cheaper per row. The states' caches are released layer by layer while copying, so the
+    peak holds one copy of the rows plus one layer.
+    """
+    width = max(s.mask.shape[1] for s in states)
+    caches = [s.cache for s in states]
+    layers = []
+    for j in range(len(caches[0].layers)):
+        parts = [(c.layers[j].keys, c.layers[j].values) for c in caches]
+        layers.append(RoomyLayer.stacked(parts, width, room))
+        for c in caches:
+            c.layers[j] = None  # the copy above holds these rows now
+    cache = copy.copy(caches[0])
+    cache.layers = layers
+    mask = torch.cat(
+        [torch.nn.functional.pad(s.mask, (width - s.mask.shape[1], 0)) for s in states]
+    )
+    return Prefill(
+        last_logits=torch.cat([s.last_logits for s in states]),
+        cache=cache,
+        mask=mask,
+        next_pos=torch.cat([s.next_pos for s in states]),
     )
 
 
@@ -370,40 +469,46 @@ class StopRule:
 
 @torch.inference_mode()
 def greedy(
-    model, state: Prefill, max_new_tokens: int, stop: StopRule, pad_id: int
+    model, state: Prefill, budgets: int | list[int], stop: StopRule, pad_id: int
 ) -> list[list[int]]:
-    """Greedy continuation of every row, reusing the prefill cache (which it extends).
+    """Greedy continuation of every row from its prefill; returns the generated ids per row,
+    without the stop token.
 
-    Returns the generated ids per row, without the stop token.
+    budgets: new tokens per row (one int: the same for every row). The state's cache is
+    consumed: decoded tokens are written in place (plain layers are first moved into
+    RoomyLayers, see `stack`). Finished rows are fed padding and leave the batch once a quarter
+    of it is finished, so a long answer does not keep the short ones' rows running.
     """
     device = state.mask.device
     B = state.mask.shape[0]
-    cache, mask, pos = state.cache, state.mask, state.next_pos.clone()
-    logits = state.last_logits
+    budget = [budgets] * B if isinstance(budgets, int) else list(budgets)
+    if len(budget) != B:
+        raise ValueError(f"{len(budget)} budgets for {B} rows")
+    steps = max(budget, default=0)
+    if not all(isinstance(layer, RoomyLayer) for layer in state.cache.layers):
+        state = stack([state], room=steps)
+    cache, mask, pos, logits = state.cache, state.mask, state.next_pos.clone(), state.last_logits
     out: list[list[int]] = [[] for _ in range(B)]
-    done = [False] * B
+    live = [b_ > 0 for b_ in budget]
     has_content = [False] * B
+    rows = torch.arange(B, device=device)  # the rows in the cache, in cache order
     kw = _cache_kwarg(model)
-    for step in range(max_new_tokens):
-        nxt = logits.argmax(-1)  # [B]
-        for b, t in enumerate(nxt.tolist()):
-            if not done[b]:
-                done[b], has_content[b] = stop.feed(out[b], has_content[b], t)
-        if all(done) or step == max_new_tokens - 1:
+    for _ in range(steps):
+        nxt = logits.argmax(-1)  # [rows]
+        for row, t in zip(rows.tolist(), nxt.tolist(), strict=True):
+            if live[row]:
+                done, has_content[row] = stop.feed(out[row], has_content[row], t)
+                live[row] = not done and len(out[row]) < budget[row]
+        keep = [j for j, row in enumerate(rows.tolist()) if live[row]]
+        if not keep:
             break
-        feed = torch.where(torch.tensor(done, device=device), torch.full_like(nxt, pad_id), nxt)[
-            :, None
-        ]
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        res = model(
-            input_ids=feed,
-            attention_mask=mask,
-            position_ids=pos[:, None],
-            use_cache=True,
-            **{kw: cache},
-        )
-        cache = _out_cache(res)
-        logits = res.logits[:, -1, :].float()
+        if len(keep) <= 0.75 * len(rows):  # each removal copies the cache: not every step
+            sel = torch.tensor(keep, device=device)
+            rows, mask, pos, nxt = rows[sel], mask[sel], pos[sel], nxt[sel]
+            cache.batch_select_indices(sel)
+        running = torch.tensor([live[row] for row in rows.tolist()], device=device)
+        feed = torch.where(running, nxt, torch.full_like(nxt, pad_id))
+        logits, cache, mask = _step(model, cache, mask, pos, feed, kw)
         pos = pos + 1
     return out
 

@@ -19,6 +19,7 @@ from .decoding import (
     Tokens,
     batches,
     budgets,
+    decode_grouped,
     format_prompts,
     generated_row,
     greedy_format,
@@ -114,61 +115,69 @@ def evaluate_items(
 
 def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:
     budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
-    texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
+    # greedy takes a budget per row: batches are cut by prompt length only
+    texts, ids, order = format_prompts(toks, settings, rows, "open")
     out = []
     bar = tqdm(
         total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress
     )
-    for batch in batches(order, settings.batch_size, budget):
-        t0 = time.perf_counter()
-        state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-        t_prefill = time.perf_counter() - t0
 
-        t1 = time.perf_counter()
-        golds = [_gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in batch]
-        options = _option_continuations(toks, rows, batch, texts, ids) if "mc" in want else None
-        conts = [
-            [c for _, c in g] + ([c for c, _ in options[b]] if options else [])
-            for b, g in enumerate(golds)
-        ]
-        scores = engine.score_tokens(model, state, conts, toks.pad_id)
-        best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
-        if "mc" in want:
-            out += _mc_rows(
-                model,
-                rows,
-                batch,
-                texts,
-                ids,
-                options,
-                [sc[len(g) :] for sc, g in zip(scores, golds, strict=True)],
-                base,
-            )
-            t_mc = (time.perf_counter() - t1) / len(batch)
-            for row in out[-len(batch) :]:
-                row["seconds"] = t_mc + t_prefill / len(batch)
-        if "open" in want:
-            t2 = time.perf_counter()
-            gen = engine.greedy(model, state, budget[batch[0]], stop, toks.pad_id)
-            t_gen = (time.perf_counter() - t2) / len(batch)
-            for b, i in enumerate(batch):
-                out.append(
-                    generated_row(
-                        toks,
-                        settings,
+    def prefilled():
+        """Prefill and score each batch (its mc rows go to `out`); the open answers wait for
+        their group's decode."""
+        for batch in batches(order, settings.batch_size, lengths=[len(x) for x in ids]):
+            t0 = time.perf_counter()
+            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            t_prefill = time.perf_counter() - t0
+
+            t1 = time.perf_counter()
+            golds = [_gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in batch]
+            options = _option_continuations(toks, rows, batch, texts, ids) if "mc" in want else None
+            conts = [
+                [c for _, c in g] + ([c for c, _ in options[b]] if options else [])
+                for b, g in enumerate(golds)
+            ]
+            scores = engine.score_tokens(model, state, conts, toks.pad_id)
+            best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
+            if "mc" in want:
+                out.extend(
+                    _mc_rows(
+                        model,
+                        rows,
+                        batch,
+                        texts,
+                        ids,
+                        options,
+                        [sc[len(g) :] for sc, g in zip(scores, golds, strict=True)],
                         base,
-                        rows[i],
-                        "open",
-                        "greedy",
-                        texts[i],
-                        ids[i],
-                        gen[b],
-                        budget[i],
-                        t_gen + t_prefill / len(batch),
-                        **best[b],
                     )
                 )
-        bar.update(len(batch))
+                t_mc = (time.perf_counter() - t1) / len(batch)
+                for row in out[-len(batch) :]:
+                    row["seconds"] = t_mc + t_prefill / len(batch)
+            bar.update(len(batch))
+            if "open" in want:
+                yield batch, state, (best, t_prefill / len(batch))
+
+    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings.decode_rows)
+    for batch, (best, t_prefill), gen, t_gen in grouped:
+        for b, i in enumerate(batch):
+            out.append(
+                generated_row(
+                    toks,
+                    settings,
+                    base,
+                    rows[i],
+                    "open",
+                    "greedy",
+                    texts[i],
+                    ids[i],
+                    gen[b],
+                    budget[i],
+                    t_gen + t_prefill,
+                    **best[b],
+                )
+            )
     bar.close()
     return out
 

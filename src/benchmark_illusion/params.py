@@ -31,7 +31,7 @@ def evaluation(config: dict) -> dict:
         "seed": config["seed"],
         "prompt": config["prompt"],
         "judge": config["judge"],
-        "evaluation": _without(config["evaluation"], "device"),
+        "evaluation": _without(config["evaluation"], "device", "decode_rows"),
     }
 
 

@@ -8,6 +8,7 @@ atomically, so an interrupted step leaves nothing that looks finished.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -164,6 +165,7 @@ def evaluate_file(
     limit: int | None = None,
     threads: int | None = None,
     exemplar_items: str | Path | None = None,
+    decode_rows: int | None = None,
 ) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
@@ -174,6 +176,8 @@ def evaluate_file(
       `evaluate` rule, like every pruned checkpoint, and decoded there.
     threads: CPU threads for torch (None: torch's default).
     exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
+    decode_rows: rows a greedy decode runs together (None: the settings' default); like the
+      device, it changes the speed, not a decision.
     """
     if structure != "none":
         structure = str(parse_structure(structure))  # logs say '2:4' where paths say '2of4'
@@ -183,6 +187,8 @@ def evaluate_file(
         items = items.filter(pl.col("item_id").is_in(list(keep)))
     is_pool = limit is not None
     settings = eval_settings(params, recovery=not is_pool)
+    if decode_rows is not None:
+        settings = dataclasses.replace(settings, decode_rows=decode_rows)
     if items.height == 0:  # e.g. a language where the dense model got no item right
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)

@@ -46,6 +46,9 @@ class EvalSettings:
     prompt: PromptSettings = field(default_factory=PromptSettings)
     formats: tuple[str, ...] = FORMATS
     batch_size: int = 8
+    # rows decoded together by greedy (prefill batches stacked); like the device, where and
+    # how fast it runs, not what a row holds: left out of the params (docs/design.md)
+    decode_rows: int = 16
     max_new_tokens: int = 32
     budget_margin: int = 4
     max_length_factor: float = 3.0

@@ -14,6 +14,7 @@ pipeline.evaluate_file(
     dataset=w.dataset,
     lang=w.lang,
     device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a row
+    decode_rows=snakemake.config["evaluation"]["decode_rows"],  # how many rows decode at once
     trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
     limit=snakemake.params.get("pool_max"),
     threads=snakemake.threads,
