@@ -247,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
         "wall time, here and on the SLURM profile (src/benchmark_illusion/estimate.py).",
     )
     e.add_argument("--configfile", default="config/config.yaml")
-    e.add_argument("--items", type=int, default=4, help="items timed per format (default 4)")
+    e.add_argument(
+        "--items",
+        type=int,
+        default=None,
+        help="items timed per format (default: one batch, evaluation.batch_size)",
+    )
     e.add_argument("--cores", type=int, default=None, help="local cores (default: all)")
     args = parser.parse_args(argv)
     if args.cmd == "judge":

@@ -108,8 +108,11 @@ def _items(config: dict, root: Path) -> tuple[pl.DataFrame, str, str]:
     return items, dataset, lang
 
 
-def measure(config: dict, root: Path, n_items: int = 4) -> list[Timing]:
-    """Time every configured model on n_items items per part and a one-block prune per method."""
+def measure(config: dict, root: Path, n_items: int | None = None) -> list[Timing]:
+    """Time every configured model on n_items items per part (default: one batch,
+    evaluation.batch_size; fewer items would leave each batch's fixed cost on too few) and a
+    one-block prune per method. An untimed first evaluation warms the model up."""
+    n_items = n_items or config["evaluation"]["batch_size"]
     items, dataset, lang = _items(config, root)
     keep = seeded_order(items["item_id"].to_list(), config["seed"])[:n_items]
     sample = items.filter(pl.col("item_id").is_in(keep))
@@ -122,6 +125,8 @@ def measure(config: dict, root: Path, n_items: int = 4) -> list[Timing]:
             model, tok = _load(name, config["models"][name], root, Path(tmp))
         t = Timing(name, sample.height, torch.get_num_threads())
         meta = RunMeta(name, dataset=dataset, lang=lang)
+        warm = replace(settings, formats=("open", "mc"), recovery=RecoverySettings.only())
+        evaluate_items(model, tok, sample.head(1), warm, meta, progress=False)
         for part, formats in (("open+mc", ("open", "mc")), ("candidates", ("candidates",))):
             s = replace(settings, formats=formats, recovery=RecoverySettings.only())
             t0 = time.perf_counter()
@@ -270,7 +275,7 @@ def slurm_jobs_limit(root: Path) -> int | None:
     return int((yaml.safe_load(path.read_text()) or {}).get("jobs", 1))
 
 
-def estimate(config: dict, root: Path, n_items: int = 4, cores: int | None = None) -> str:
+def estimate(config: dict, root: Path, n_items: int | None = None, cores: int | None = None) -> str:
     """Measure, plan and return the printed report."""
     cores = cores or os.cpu_count() or 1
     timings = measure(config, root, n_items)
