@@ -402,6 +402,12 @@ def _perplexity(model, windows) -> float:
     return math.exp(loss)
 
 
+def _first_diff(a: dict, b: dict) -> int | None:
+    """Index of the first decoder block whose masks differ ('{block}.{linear}' keys)."""
+    blocks = sorted({int(k.split(".")[0]) for k in a if not bool((a[k] == b[k]).all())})
+    return blocks[0] if blocks else None
+
+
 def section_prune(table, model_dir, args):
     from safetensors.torch import save_file
 
@@ -468,6 +474,24 @@ def section_prune(table, model_dir, args):
                 f"sparsity ours {sum(int(a[k].sum()) for k in a) / total:.4f}, "
                 f"theirs {sum(int(b[k].sum()) for k in b) / total:.4f}",
             )
+            if method == "wanda":
+                # The control: our own masks at another calibration batch size. Floats summed
+                # in another order flip near-ties from about the 7th block on, and the flips
+                # grow through the pruned activations each block passes on; an agreement with
+                # llm-compressor at this level is float noise, not a different algorithm.
+                again, _ = load_checkpoint(model_dir)
+                prune_model(again, calib, PruneSettings(method, 0.5, batch_size=1), progress=False)
+                c = masks(again)
+                table.add(
+                    "prune",
+                    "wanda mask agreement, ours at calibration batch 1 vs 8 (noise floor)",
+                    sum(int((a[k] == c[k]).sum()) for k in a) / total,
+                    1.0,
+                    "share",
+                    f"first block that differs: {_first_diff(a, c)} here, "
+                    f"{_first_diff(a, b)} against llm-compressor (of {len(decoder_layers(again))})",
+                )
+                del again
             table.add(
                 "prune",
                 f"{method} held-out perplexity",
