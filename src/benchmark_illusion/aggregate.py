@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -114,8 +115,9 @@ def run_sql(
     for name, value in variables.items():
         con.execute(f"SET VARIABLE {name} = {value!r}")
     for f in sorted(sql_files, key=lambda p: Path(p).name):
-        log.info("running %s", f)
+        t0 = time.perf_counter()
         con.execute(Path(f).read_text())
+        log.info("ran %s in %.1f s", f, time.perf_counter() - t0)
 
 
 def run_sql_files(
