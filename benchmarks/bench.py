@@ -538,10 +538,19 @@ def section_aggregate(table, args):
 
 def section_run(table, args):
     snakemake = str(Path(sys.executable).parent / "snakemake")
+    import yaml
+
     with tempfile.TemporaryDirectory() as tmp:
+        # the embedded default, its relative dataset paths made absolute (they resolve against
+        # the working directory, here a temporary one)
+        cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+        for ds in cfg["datasets"].values():
+            if "path" in ds and not Path(ds["path"]).is_absolute():
+                ds["path"] = str(ROOT / ds["path"])
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(cfg))
         cmd = [snakemake, "--cores", "2", "-s", str(ROOT / "Snakefile"), "-d", tmp]
-        cmd += ["--configfile", str(ROOT / "config" / "config.yaml")]
-        cmd += ["--profile", str(ROOT / "profiles" / "local")]
+        cmd += ["--configfile", str(path), "--profile", str(ROOT / "profiles" / "local")]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         minutes = (time.perf_counter() - t0) / 60
