@@ -1,0 +1,124 @@
+"""RTN and GPTQ: the grid formula by hand, every weight on its group's grid, and GPTQ's layer
+reconstruction on real activations of the bundled model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmark_illusion.pruning.layerwise import decoder_layers
+from benchmark_illusion.pruning.sparsegpt import Hessian
+from benchmark_illusion.quantization import Grid, distinct_per_group, gptq, rtn
+
+
+def test_rtn_equals_its_formula_on_a_hand_made_matrix():
+    w = torch.tensor([[0.0, 1.0, 2.0, 3.0, -2.0, -1.0, 0.5, 6.0]])
+    # 2 bits, asymmetric, groups of 4. Group 1: lo 0, hi 3 -> scale 1, zero 0: exact.
+    # Group 2: lo -2, hi 6 -> scale 8/3, zero round(0.75) = 1; w/scale = -0.75, -0.375,
+    # 0.1875, 2.25 round to -1, 0, 0, 2, +1 and clamp to [0, 3]: 0, 1, 1, 3 -> -8/3, 0, 0, 16/3.
+    got = rtn(w, Grid(bits=2, group_size=4))
+    want = torch.tensor([[0.0, 1.0, 2.0, 3.0, -8 / 3, 0.0, 0.0, 16 / 3]])
+    assert torch.allclose(got, want, atol=1e-6), got
+    # Symmetric, per channel: hi = |1| -> scale 2/3, zero 2; w/scale = 1.5, -0.75, 0.3, 0 round
+    # (half to even) to 2, -1, 0, 0, +2 and clamp to [0, 3]: 3, 1, 2, 2 -> 2/3, -2/3, 0, 0.
+    w = torch.tensor([[1.0, -0.5, 0.2, 0.0]])
+    got = rtn(w, Grid(bits=2, group_size=-1, symmetric=True))
+    assert torch.allclose(got, torch.tensor([[2 / 3, -2 / 3, 0.0, 0.0]]), atol=1e-6), got
+    # a group of zeros stays zero; the dtype is kept
+    z = rtn(torch.zeros(2, 4, dtype=torch.bfloat16), Grid(bits=4, group_size=4))
+    assert z.dtype == torch.bfloat16 and not z.any()
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_every_quantized_weight_lies_on_its_groups_grid(bits, symmetric):
+    g = torch.Generator().manual_seed(bits)
+    w = torch.randn(24, 96, generator=g)
+    x = torch.randn(400, 96, generator=g) * torch.linspace(0.1, 3, 96)
+    h = Hessian(96, "cpu")
+    h.add(x)
+    grid = Grid(bits=bits, group_size=32, symmetric=symmetric)
+    for name, q in (
+        ("rtn", rtn(w, grid)),
+        ("gptq", gptq(w, h.value, grid, blocksize=64)),
+        ("gptq act_order", gptq(w, h.value, grid, blocksize=64, act_order=True)),
+    ):
+        counts = distinct_per_group(q, grid)
+        assert counts.shape == (24, 3)
+        assert int(counts.max()) <= 2**bits, name
+        # each group's values are levels of one uniform grid: integer multiples of the step
+        for c0 in range(0, 96, 32):
+            vals = torch.unique(q[:, c0 : c0 + 32][0])
+            if len(vals) > 1:
+                step = (vals[1:] - vals[:-1]).min()
+                k = (vals - vals[0]) / step
+                assert torch.allclose(k, k.round(), atol=1e-3), (name, c0)
+    # the grid really is coarse: fewer distinct values than a dense random row has
+    assert int(distinct_per_group(w, grid).min()) == 32
+
+
+def test_grid_rejects_bad_settings():
+    with pytest.raises(ValueError, match="bits"):
+        Grid(bits=5)
+    with pytest.raises(ValueError, match="group_size"):
+        Grid(group_size=0)
+
+
+def test_gptq_with_an_identity_hessian_is_rtn():
+    """No correlation between inputs: nothing to compensate, GPTQ rounds like RTN."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(8, 64, generator=g)
+    grid = Grid(bits=3, group_size=16)
+    assert torch.allclose(gptq(w, torch.eye(64), grid, percdamp=0.0), rtn(w, grid), atol=1e-6)
+
+
+@pytest.mark.e2e
+def test_gptq_reconstructs_real_layer_outputs_better_than_rtn(bundled_model_dir):
+    """On real activations of SmolLM2 (layer 5), ||WX - W'X||: GPTQ < RTN at 4 and 3 bits, with
+    and without act_order, on the calibration tokens (GPTQ's objective); on held-out tokens too
+    for q_proj (576 inputs).
+
+    Held-out needs calibration tokens well beyond the input width: with 768 tokens for
+    down_proj's 1536 inputs, GPTQ fits the calibration set (error 25 vs RTN's 64) and loses on
+    held-out tokens (75 vs 47); with every passage of the three sample languages (26 windows of
+    128, 2.2 tokens per input) it is a tie there (68.0 vs 67.1 at 4 bits), so down_proj's
+    held-out errors are printed, not asserted."""
+    from benchmark_illusion.models import load_checkpoint
+
+    model, tok = load_checkpoint(bundled_model_dir)
+    root = Path(__file__).resolve().parents[1] / "resources/sample_qa"
+    text = " ".join(
+        p["context"]
+        for f in ("en.json", "de.json", "es.json")
+        for d in json.loads((root / f).read_text())["data"]
+        for p in d["paragraphs"]
+    )
+    ids = torch.tensor(tok(text)["input_ids"][: 30 * 128]).view(30, 128)
+    layer = decoder_layers(model)[5]
+    for name in ("self_attn.q_proj", "mlp.down_proj"):
+        lin = dict(layer.named_modules())[name]
+        xs = []
+        hook = lin.register_forward_hook(
+            lambda m, a, o, xs=xs: xs.append(a[0].reshape(-1, a[0].shape[-1]))
+        )
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+        hook.remove()
+        x = torch.cat(xs)
+        x_cal, x_held = x[: 26 * 128], x[26 * 128 :]
+        hess = Hessian(lin.in_features, "cpu")
+        hess.add(x_cal)
+        w = lin.weight.detach()
+        for bits in (4, 3):
+            grid = Grid(bits=bits, group_size=128)
+            for act_order in (False, True):
+                q_gptq = gptq(w, hess.value, grid, act_order=act_order)
+                for tokens, xx in (("calibration", x_cal), ("held-out", x_held)):
+                    e_rtn = float(torch.linalg.norm(xx @ w.T - xx @ rtn(w, grid).T))
+                    e_gptq = float(torch.linalg.norm(xx @ w.T - xx @ q_gptq.T))
+                    print(name, bits, act_order, tokens, f"GPTQ {e_gptq:.1f} RTN {e_rtn:.1f}")
+                    if tokens == "calibration" or name == "self_attn.q_proj":
+                        assert e_gptq < e_rtn, (name, bits, act_order, tokens, e_gptq, e_rtn)
