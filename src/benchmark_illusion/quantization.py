@@ -3,8 +3,8 @@ uniform grid; the weights are kept dequantized, in the model's dtype.
 
 The grid of one group (`group_size` consecutive input columns of one output row; -1: the whole
 row, per channel) with b bits has 2^b levels, maxq = 2^b - 1:
-  asymmetric  lo = min(w, 0), hi = max(w, 0)      scale = (hi - lo) / maxq, zero = round(-lo / scale)
-  symmetric   hi = max|w|, lo = -hi               scale = 2 hi / maxq,      zero = (maxq + 1) / 2
+  asymmetric  lo = min(w, 0), hi = max(w, 0)   scale = (hi - lo) / maxq   zero = round(-lo / scale)
+  symmetric   hi = max|w|, lo = -hi            scale = 2 hi / maxq        zero = (maxq + 1) / 2
 (a group of zeros gets lo = -1, hi = 1), and a weight w becomes
   q = clamp(round(w / scale) + zero, 0, maxq),    w' = scale (q - zero).
 RTN applies it to every group of the weight as it is. GPTQ quantizes the columns left to right
