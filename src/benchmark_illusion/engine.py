@@ -362,7 +362,7 @@ def score_tokens(
             at += len(c) - 1
         width = max(width, at)
     last = torch.log_softmax(state.last_logits.float(), -1)  # [B, V]: predicts token 0
-    logp = None
+    logits = None
     if width:
         feed = torch.full((B, width), pad_id, dtype=torch.long)
         pos = torch.zeros((B, width), dtype=torch.long)
@@ -392,7 +392,7 @@ def score_tokens(
             use_cache=True,
             **{_cache_kwarg(model): select_rows(state.cache)},
         )
-        logp = torch.log_softmax(out.logits.float(), -1)  # [B, W, V]
+        logits = out.logits  # [B, W, V]
     # every scored token: its distribution (row b's last logits, or packed position p) and id
     rows_, where, toks = [], [], []
     for b, row in enumerate(conts):
@@ -402,13 +402,23 @@ def score_tokens(
                 where.append(-1 if j == 0 else starts[b][k] + j - 1)
                 toks.append(t)
     rows_t, where_t = torch.tensor(rows_, device=device), torch.tensor(where, device=device)
-    dist = last[rows_t]
-    if logp is not None:
-        later = where_t >= 0
-        dist[later] = logp[rows_t[later], where_t[later]]
-    chosen = dist.gather(-1, torch.tensor(toks, device=device)[:, None])
-    ranks = ((dist > chosen).sum(-1) + 1).tolist()  # ties count in the token's favour
-    chosen = chosen[:, 0].tolist()
+    toks_t = torch.tensor(toks, device=device)
+    chosen_t = torch.empty(len(toks), device=device)
+    ranks_t = torch.empty(len(toks), dtype=torch.long, device=device)
+
+    def score(sel: torch.Tensor, dist: torch.Tensor) -> None:
+        c = dist.gather(-1, toks_t[sel][:, None])
+        chosen_t[sel] = c[:, 0]
+        ranks_t[sel] = (dist > c).sum(-1) + 1  # ties count in the token's favour
+
+    first = where_t < 0
+    score(first, last[rows_t[first]])
+    # row by row: the log-softmax of the scored positions only, never a second [B, W, V] copy
+    for b in range(B) if logits is not None else ():
+        sel = ~first & (rows_t == b)
+        if bool(sel.any()):
+            score(sel, torch.log_softmax(logits[b, where_t[sel]].float(), -1))
+    ranks, chosen = ranks_t.tolist(), chosen_t.tolist()
     result: list[list[ContinuationScores]] = [[] for _ in conts]
     i = 0
     for b, row in enumerate(conts):
