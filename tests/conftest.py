@@ -32,6 +32,31 @@ def bundled_tokenizer():
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
+def real_layer_inputs(model, tok, module_name: str, langs, windows: int, layer: int = 5):
+    """Inputs [tokens, in] of `module_name` in decoder block `layer` of a real model, over
+    `windows` windows of 128 tokens of the sample set's passages in `langs`."""
+    import json
+
+    from benchmark_illusion.pruning.layerwise import decoder_layers
+
+    text = " ".join(
+        p["context"]
+        for lang in langs
+        for d in json.loads((ROOT / "resources/sample_qa" / f"{lang}.json").read_text())["data"]
+        for p in d["paragraphs"]
+    )
+    ids = torch.tensor(tok(text)["input_ids"][: windows * 128]).view(windows, 128)
+    lin = dict(decoder_layers(model)[layer].named_modules())[module_name]
+    xs = []
+    hook = lin.register_forward_hook(lambda m, a, o: xs.append(a[0].reshape(-1, a[0].shape[-1])))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids, use_cache=False)
+    finally:
+        hook.remove()
+    return torch.cat(xs), lin
+
+
 def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
     """A tiny random Llama model (real architecture code, random weights)."""
     from transformers import LlamaConfig, LlamaForCausalLM

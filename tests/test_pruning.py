@@ -25,7 +25,7 @@ from benchmark_illusion.pruning.masks import (
 )
 from benchmark_illusion.pruning.sparsegpt import Hessian, sparsegpt_prune
 from benchmark_illusion.pruning.wanda import wanda_mask
-from conftest import make_tiny_model
+from conftest import make_tiny_model, real_layer_inputs
 
 VOCAB = 300
 
@@ -242,31 +242,13 @@ def test_settings_and_report_checks_fail_clearly():
 def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
     """On real activations of SmolLM2 (layer 5), ||WX - W'X|| at 50%: SparseGPT < Wanda,
     magnitude."""
-    import json
-    from pathlib import Path
 
     from benchmark_illusion.models import load_checkpoint
 
     model, tok = load_checkpoint(bundled_model_dir)
-    root = Path(__file__).resolve().parents[1] / "resources/sample_qa"
-    text = " ".join(
-        p["context"]
-        for f in ("en.json", "de.json")
-        for d in json.loads((root / f).read_text())["data"]
-        for p in d["paragraphs"]
-    )
-    ids = torch.tensor(tok(text)["input_ids"][: 8 * 128]).view(8, 128)
-    layer = decoder_layers(model)[5]
     for name in ("self_attn.q_proj", "mlp.down_proj"):
-        lin = dict(layer.named_modules())[name]
-        xs = []
-        h = lin.register_forward_hook(
-            lambda m, a, o, xs=xs: xs.append(a[0].reshape(-1, a[0].shape[-1]))
-        )
-        with torch.no_grad():
-            model(input_ids=ids[:6], use_cache=False)  # calibration
-            h.remove()
-        x_cal = torch.cat(xs)
+        x, lin = real_layer_inputs(model, tok, name, ("en", "de"), 8)
+        x_cal = x[: 6 * 128]  # the first 6 windows: the calibration
         hess = Hessian(lin.in_features, "cpu")
         hess.add(x_cal)
         w = lin.weight.detach()

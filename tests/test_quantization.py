@@ -3,15 +3,12 @@ reconstruction on real activations of the bundled model."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 import torch
 
-from benchmark_illusion.pruning.layerwise import decoder_layers
 from benchmark_illusion.pruning.sparsegpt import Hessian
 from benchmark_illusion.quantization import Grid, distinct_per_group, gptq, rtn
+from conftest import real_layer_inputs
 
 
 def test_rtn_equals_its_formula_on_a_hand_made_matrix():
@@ -89,25 +86,8 @@ def test_gptq_reconstructs_real_layer_outputs_better_than_rtn(bundled_model_dir)
     from benchmark_illusion.models import load_checkpoint
 
     model, tok = load_checkpoint(bundled_model_dir)
-    root = Path(__file__).resolve().parents[1] / "resources/sample_qa"
-    text = " ".join(
-        p["context"]
-        for f in ("en.json", "de.json", "es.json")
-        for d in json.loads((root / f).read_text())["data"]
-        for p in d["paragraphs"]
-    )
-    ids = torch.tensor(tok(text)["input_ids"][: 30 * 128]).view(30, 128)
-    layer = decoder_layers(model)[5]
     for name in ("self_attn.q_proj", "mlp.down_proj"):
-        lin = dict(layer.named_modules())[name]
-        xs = []
-        hook = lin.register_forward_hook(
-            lambda m, a, o, xs=xs: xs.append(a[0].reshape(-1, a[0].shape[-1]))
-        )
-        with torch.no_grad():
-            model(input_ids=ids, use_cache=False)
-        hook.remove()
-        x = torch.cat(xs)
+        x, lin = real_layer_inputs(model, tok, name, ("en", "de", "es"), 30)
         x_cal, x_held = x[: 26 * 128], x[26 * 128 :]
         hess = Hessian(lin.in_features, "cpu")
         hess.add(x_cal)
