@@ -82,6 +82,7 @@ def test_job_resources_grow_with_size_and_attempt():
 # Rules that run the model: the SLURM profile sends them to GPU nodes.
 GPU_RULES = (
     "prune",
+    "quantize",
     "evaluate",
     "evaluate_pool",
     "import_hub_model",
@@ -118,7 +119,9 @@ def expected_paper_jobs() -> dict[str, int]:
     models = len(cfg["models"])
     benchmarks = sum(len(d["languages"]) for d in cfg["datasets"].values())
     p = cfg["pruning"]
-    checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"]))
+    q = cfg.get("quantization", {})
+    quantized = len(q.get("methods", [])) * len(q.get("bits", []))
+    checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"])) + quantized
     return {
         "download_dataset": benchmarks,
         "build_items": benchmarks,
@@ -126,7 +129,8 @@ def expected_paper_jobs() -> dict[str, int]:
         "evaluate_pool": models * benchmarks,
         "select_items": models * benchmarks,
         "calibration_data": models,
-        "prune": models * checkpoints,
+        "prune": models * (checkpoints - quantized),
+        "quantize": models * quantized,
         # every pruned checkpoint and the dense model on every benchmark
         "evaluate": models * (checkpoints + 1) * benchmarks,
         "aggregate": 1,
@@ -147,8 +151,9 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     assert res.returncode == 0, out[-3000:]
     jobs = planned_jobs(out)
     assert jobs == expected_paper_jobs()
-    # 3 models x 21 benchmarks x (3 methods x 6 sparsities + dense), and 71 concept jobs
-    assert sum(jobs.values()) == 1499
+    # 3 models x 21 benchmarks x (3 methods x 6 sparsities + 2 methods x 3 bit widths + dense),
+    # and 71 concept jobs
+    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21)
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 
@@ -166,6 +171,7 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
             per_rule.setdefault(name, []).append(m.group(1))
     assert set(per_rule) >= {
         "prune",
+        "quantize",
         "evaluate",
         "evaluate_pool",
         "import_hub_model",

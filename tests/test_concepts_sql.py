@@ -325,6 +325,7 @@ def test_gaps_database_keeps_the_metric_tables(tmp_path):
     con.execute("CREATE TABLE stage.mc_only AS SELECT * FROM mc_only")
     con.execute("CREATE TABLE stage.item_outcomes AS SELECT * FROM item_outcomes")
     con.execute("CREATE TABLE stage.bootstrap_weights AS SELECT * FROM bootstrap_weights")
+    con.execute("CREATE TABLE stage.checkpoints AS SELECT * FROM checkpoints")
     con.execute(
         "CREATE VIEW stage.pool AS SELECT * FROM read_parquet('"
         + str(tmp_path / "p.parquet")

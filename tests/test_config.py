@@ -73,6 +73,63 @@ BAD = [
     ),
     ("nm-n-not-below-m", _set("pruning", "nm", ["4:2"]), "pruning.nm[0]", "0 < N < M"),
     (
+        "unknown-quantization-method",
+        _set("quantization", "methods", ["gptq", "awq"]),
+        "quantization.methods.1",
+        "is not one of",
+    ),
+    (
+        "quantization-bits-5",
+        _set("quantization", "bits", [4, 5]),
+        "quantization.bits.1",
+        "is not one of",
+    ),
+    (
+        "quantization-group-0",
+        _set("quantization", "group_size", 0),
+        "quantization.group_size",
+        "not a group size",
+    ),
+    (
+        "quantization-group-minus-2",
+        _set("quantization", "group_size", -2),
+        "quantization.group_size",
+        "-2",
+    ),
+    (
+        "quantization-symmetric-string",
+        _set("quantization", "symmetric", "yes"),
+        "quantization.symmetric",
+        "boolean",
+    ),
+    (
+        "quantization-percdamp-one",
+        _set("quantization", "gptq", {"percdamp": 1.0}),
+        "quantization.gptq.percdamp",
+        "maximum",
+    ),
+    (
+        "quantization-unknown-gptq-key",
+        _set("quantization", "gptq", {"true_sequential": True}),
+        "quantization.gptq.true_sequential",
+        "unknown key",
+    ),
+    (
+        "quantization-methods-without-bits",
+        _set("quantization", {"methods": ["rtn"], "bits": []}),
+        "quantization.bits",
+        "no bit width",
+    ),
+    (
+        "gptq-heldout-calibration-too-large",
+        lambda c: c.update(
+            quantization={"methods": ["gptq"]},
+            calibration={"n_windows": 128, "seq_len": 2048},
+        ),
+        "calibration",
+        "passages",
+    ),
+    (
         "nm-sparsity-mismatch",
         _set("pruning", "nm", [{"pattern": "2:4", "sparsity": 0.3}]),
         "pruning.nm[0].sparsity",
@@ -685,6 +742,19 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
+        "benchmark_illusion.quantization.QuantizeSettings",
+        {
+            "batch_size": "quantization.batch_size",
+            "blocksize": "quantization.gptq.blocksize",
+            "percdamp": "quantization.gptq.percdamp",
+            "act_order": "quantization.gptq.act_order",
+        },
+    ),
+    (
+        "benchmark_illusion.quantization.Grid",
+        {"group_size": "quantization.group_size", "symmetric": "quantization.symmetric"},
+    ),
+    (
         "benchmark_illusion.aggregate.MetricSettings",
         {
             "seed": "seed",
@@ -739,6 +809,9 @@ NOT_IN_SCHEMA = {
     ("PruneSettings", "method"),
     ("PruneSettings", "sparsity"),
     ("PruneSettings", "structure"),  # the grid point
+    ("QuantizeSettings", "method"),
+    ("QuantizeSettings", "grid"),  # the grid point (its path names it)
+    ("Grid", "bits"),  # the schema lists bit widths; each checkpoint has one
 }
 
 
@@ -782,6 +855,7 @@ def test_config_yaml_repeats_no_default_with_another_value():
         "pruning.methods": None,
         "pruning.sparsities": None,
         "pruning.nm": None,
+        "quantization.methods": None,
         "concepts.layer": 15,
     }
     shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())

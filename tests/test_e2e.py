@@ -62,6 +62,8 @@ def smoke_config(tmp: Path) -> Path:
             "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"},
         },
         "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.1, 0.3]},
+        # 8 bits: the held-out perplexity check below reads these checkpoints
+        "quantization": {"methods": ["rtn", "gptq"], "bits": [8]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
         "calibration": {
             "source": "heldout_items",
@@ -132,7 +134,15 @@ def smoke_run(tmp_path_factory):
     return work, cfg
 
 
-GPU_RULES = {"evaluate_pool", "prune", "evaluate", "sae", "concept_labels", "concept_activations"}
+GPU_RULES = {
+    "evaluate_pool",
+    "prune",
+    "quantize",
+    "evaluate",
+    "sae",
+    "concept_labels",
+    "concept_activations",
+}
 CONCEPT_RULES = {
     "sae",
     "concept_labels",
@@ -159,13 +169,14 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
         "select_items",
         "calibration_data",
         "prune",
+        "quantize",
         "evaluate",
         "aggregate",
         "figures",
     } | CONCEPT_RULES
-    # 39 jobs (2 languages, dense + 6 checkpoints evaluated, 6 concept jobs) and one more for the
-    # retried evaluate job
-    assert len(submitted) == 2 * 4 + 1 + 1 + 6 + 14 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
+    # 45 jobs (2 languages, dense + 6 pruned + 2 quantized checkpoints evaluated, 6 concept jobs)
+    # and one more for the retried evaluate job
+    assert len(submitted) == 2 * 4 + 1 + 1 + 6 + 2 + 18 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
     history = {j["id"]: j for j in squeue_history()}
     for job_id, rule in submitted:
         job = history[job_id]  # slurmctld knows every job id the log names
@@ -286,8 +297,10 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
         "SELECT lang, format, n_items, accuracy FROM accuracy WHERE method = 'dense' ORDER BY 1, 2"
     ).fetchall()
     assert (
-        con.execute("SELECT count(DISTINCT (method, sparsity)) FROM accuracy").fetchone()[0]
-        == 1 + 6
+        con.execute(
+            "SELECT count(DISTINCT (method, structure, sparsity)) FROM accuracy"
+        ).fetchone()[0]
+        == 1 + 6 + 2  # dense, 6 pruned, 2 quantized
     )
     by = {(lang, fmt): (n, acc) for lang, fmt, n, acc in rows}
     # Selected items are right in open and mc by construction; candidates is measured.
@@ -342,6 +355,7 @@ def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_pass
 
 
 CHECKPOINTS = [(m, s) for m in ("magnitude", "wanda", "sparsegpt") for s in ("0.1", "0.3")]
+QUANTIZED = [("rtn", "int8-g128"), ("gptq", "int8-g128")]
 
 
 def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
@@ -371,6 +385,82 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
     assert tuple(load_file(str(cal))["input_ids"].shape) == (8, 64)
 
 
+def test_every_quantized_checkpoint_is_on_its_grid_evaluated_and_in_the_tables(smoke_run):
+    import json
+
+    import duckdb
+
+    work, _ = smoke_run
+    for method, grid in QUANTIZED:
+        ckpt = work / f"results/checkpoints/smollm2-135m/{method}/{grid}/0"
+        report = json.loads((ckpt / "quantization.json").read_text())
+        assert (report["bits"], report["group_size"], report["symmetric"]) == (8, 128, False)
+        assert report["off_grid_groups"] == 0 and report["max_distinct_per_group"] <= 256
+        assert len(report["layers"]) == 30 * 7  # every Linear of every block, lm_head excluded
+        assert report["calibration_windows"] == (None if method == "rtn" else [8, 64])
+        for lang in ("en", "es"):
+            log = pl.read_parquet(
+                work / f"results/generations/smollm2-135m/{method}/{grid}/0/sample/{lang}.parquet"
+            )
+            assert dict(log.schema) == LOG_SCHEMA
+            assert set(log["method"]) == {method} and set(log["structure"]) == {grid}
+            assert set(log["sparsity"]) == {0.0} and set(log["bits"]) == {8}
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    ck = con.execute(
+        "SELECT method, family, bits, group_size, weight_bits FROM checkpoints "
+        "WHERE family = 'quantization' ORDER BY method"
+    ).fetchall()
+    assert ck == [("gptq", "quantization", 8, 128, 8.1875), ("rtn", "quantization", 8, 128, 8.1875)]
+    for table in ("mc_only", "accuracy", "recovery", "oracle", "concept_damage", "chi_model"):
+        got = con.execute(
+            f"SELECT DISTINCT method, bits FROM {table} WHERE method IN ('rtn', 'gptq') ORDER BY 1"
+        ).fetchall()
+        # recovery has rows only where MC-only items were decoded (at 8 bits there may be none)
+        full = [("gptq", 8), ("rtn", 8)]
+        assert got == full if table != "recovery" else set(got) <= set(full), (table, got)
+        cols = [r[0] for r in con.execute(f"DESCRIBE {table}").fetchall()]
+        assert cols[cols.index("sparsity") + 1] == "bits", table
+    con.close()
+
+
+def test_8_bit_changes_held_out_perplexity_by_under_one_percent(smoke_run):
+    """The smoke run's 8-bit checkpoints (RTN, and GPTQ calibrated on en/es held-out passages):
+    perplexity on the German sample passages, which no calibration saw, moves by less than 1 %
+    against the dense model. RTN at 3 bits, quantized here, shows the measurement is not
+    blind."""
+    import json
+
+    import torch
+
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.quantization import Grid, QuantizeSettings, quantize_model
+
+    work, _ = smoke_run
+    dense, tok = load_checkpoint(work / "resources/models/smollm2-135m")
+    text = " ".join(
+        p["context"]
+        for d in json.loads((ROOT / "resources/sample_qa/de.json").read_text())["data"]
+        for p in d["paragraphs"]
+    )
+    ids = tok(text)["input_ids"]
+    held = torch.tensor(ids[: 8 * 128]).view(8, 128)
+
+    def perplexity(model) -> float:
+        with torch.no_grad():
+            return float(torch.exp(model(input_ids=held, labels=held, use_cache=False).loss))
+
+    base = perplexity(dense)
+    change = {}
+    for method, grid in QUANTIZED:
+        model, _ = load_checkpoint(work / f"results/checkpoints/smollm2-135m/{method}/{grid}/0")
+        change[method] = perplexity(model) / base - 1
+    quantize_model(dense, None, QuantizeSettings("rtn", Grid(3, 128)), progress=False)
+    change["rtn 3-bit"] = perplexity(dense) / base - 1
+    print(f"dense perplexity {base:.2f}; relative change {change}")
+    assert abs(change["rtn"]) < 0.01 and abs(change["gptq"]) < 0.01, change
+    assert change["rtn 3-bit"] > 0.1, change
+
+
 def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     work, _ = smoke_run
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
@@ -379,7 +469,8 @@ def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
         "WHERE lang <> 'all'"
     ).fetchall()
     seen = {(m, f"{s:g}") for m, s, *_ in rows}
-    assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")}
+    quantized = {(m, "0") for m, _ in QUANTIZED}
+    assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")} | quantized
     for method, _s, _lang, n, n_mc_only, rate in rows:
         assert 0 <= n_mc_only <= n and (n == 0 or rate == pytest.approx(n_mc_only / n))
         if method == "dense":
@@ -451,7 +542,7 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
         "SELECT method, bool_and(complete), count(*) FILTER (WHERE drop IS NULL) FROM oracle "
         "GROUP BY method ORDER BY method"
     ).fetchall()
-    assert [o[0] for o in oracle] == ["dense", "magnitude", "sparsegpt", "wanda"]
+    assert [o[0] for o in oracle] == ["dense", "gptq", "magnitude", "rtn", "sparsegpt", "wanda"]
     assert all(o[1] for o in oracle)
     assert oracle[0][2] > 0 and all(o[2] == 0 for o in oracle[1:])
     # greedy <= oracle everywhere
@@ -524,7 +615,7 @@ m.mc_only_rate,
         WHERE o.format = 'open' AND c.format = 'candidates' AND mc.format = 'mc' \
 AND orc.decode = 'oracle'
           AND m.lang <> 'all'""").fetchall()
-    assert len(got) == want.height == 2 * (1 + len(CHECKPOINTS))
+    assert len(got) == want.height == 2 * (1 + len(CHECKPOINTS) + len(QUANTIZED))
     table = {(r[0], r[1], r[2]): r[3:] for r in got}
     for w in want.iter_rows(named=True):
         g = table[(w["method"], w["sparsity"], w["lang"])]
@@ -601,7 +692,8 @@ def test_cli_prints_a_query_result(smoke_run):
     )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * (1 + len(CHECKPOINTS))
+    n_checkpoints = 1 + len(CHECKPOINTS) + len(QUANTIZED)
+    assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * n_checkpoints
 
 
 def test_estimate_plans_the_smoke_runs_jobs_from_a_few_timed_items(smoke_run):
@@ -621,10 +713,10 @@ def test_estimate_plans_the_smoke_runs_jobs_from_a_few_timed_items(smoke_run):
     rows = {}
     for line in res.stdout.splitlines():
         parts = line.split()
-        if parts and parts[0] in ("evaluate_pool", "prune", "evaluate", "total"):
+        if parts and parts[0] in ("evaluate_pool", "prune", "quantize", "evaluate", "total"):
             rows[parts[0]] = parts
     planned = planned_jobs(SMOKE["out"])
-    for rule in ("evaluate_pool", "prune", "evaluate"):
+    for rule in ("evaluate_pool", "prune", "quantize", "evaluate"):
         assert int(rows[rule][1]) == planned[rule], (rule, res.stdout)
     pools = sum(
         min(24, pl.read_parquet(work / f"results/items/sample/{lang}.parquet").height)
@@ -677,8 +769,8 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
         "AND value <= ci_high + 1e-9)"
     ).fetchone() == (0,)
     assert con.execute(
-        "SELECT count(DISTINCT (method, sparsity)) FROM mc_only WHERE lang = 'all'"
-    ).fetchone() == (1 + len(CHECKPOINTS),)
+        "SELECT count(DISTINCT (method, structure, sparsity)) FROM mc_only WHERE lang = 'all'"
+    ).fetchone() == (1 + len(CHECKPOINTS) + len(QUANTIZED),)
     # the support gradient covers every checkpoint x language x format (the dense row: the noise
     # floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
@@ -734,10 +826,10 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
     # checkpoint
     ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
                            WHERE population = 'selected'""").fetchone()[0]
-    assert ckpts == (1 + len(CHECKPOINTS)) * 3 * 3
+    assert ckpts == (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 3 * 3
     assert con.execute(
         "SELECT count(DISTINCT (method, sparsity)) FROM concept_damage"
-    ).fetchone() == (len(CHECKPOINTS),)
+    ).fetchone() == (len(CHECKPOINTS) + len(QUANTIZED),)
     assert (
         con.execute("SELECT count(*) FROM model_gaps WHERE population = 'pool'").fetchone()[0] > 0
     )
@@ -930,7 +1022,8 @@ def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
     )
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
-    assert len(rows) == 1 + len(CHECKPOINTS)
+    assert len(rows) == 1 + len(CHECKPOINTS) + len(QUANTIZED)
+    assert {r["bits"] for r in rows if r["method"] in ("rtn", "gptq")} == {"8"}
     assert {
         "open",
         "candidates",
@@ -1000,12 +1093,25 @@ def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(smoke_run):
     assert plan == {"prune": 3, "evaluate": 6, **AGGREGATION}
 
 
+def test_adding_a_bit_width_runs_only_its_quantize_and_evaluate_jobs(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["quantization"]["bits"].append(4))
+    # rtn and gptq at 4 bits, each evaluated on 2 languages; the 8-bit checkpoints stay
+    assert plan == {"quantize": 2, "evaluate": 4, **AGGREGATION}
+
+
+def test_changing_a_gptq_setting_requantizes_only_gptq(smoke_run):
+    work, cfg = smoke_run
+    plan = changed_plan(work, cfg, lambda c: c["quantization"].update(gptq={"percdamp": 0.05}))
+    assert plan == {"quantize": 1, "evaluate": 2, **AGGREGATION}
+
+
 def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
     work, cfg = smoke_run
     plan = changed_plan(work, cfg, lambda c: c["evaluation"]["recovery"].update(num_beams=3))
-    # every evaluation on the selected items, the dense model's too (7 x 2 languages); the dense
+    # every evaluation on the selected items, the dense model's too (9 x 2 languages); the dense
     # pool runs no recovery decode, so neither it nor the selection re-runs
-    assert plan == {"evaluate": 14, **AGGREGATION}
+    assert plan == {"evaluate": 18, **AGGREGATION}
 
 
 def test_adding_a_language_runs_only_its_chain(smoke_run):
@@ -1017,7 +1123,7 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
         "build_items": 1,
         "evaluate_pool": 1,
         "select_items": 1,
-        "evaluate": 1 + len(CHECKPOINTS),
+        "evaluate": 1 + len(CHECKPOINTS) + len(QUANTIZED),
         "concept_activations": 1,
         **AGGREGATION,
     }

@@ -17,6 +17,7 @@ def config(**over):
             "recovery": {"beam": True, "sample": True, "oneshot": False},
         },
         "pruning": {"methods": ["magnitude", "wanda"], "sparsities": [0.2, 0.4], "nm": ["2:4"]},
+        "quantization": {"methods": ["rtn", "gptq"], "bits": [8, 4, 3]},
         "calibration": {"n_windows": 16},
     }
     cfg.update(over)
@@ -31,6 +32,7 @@ TIMING = Timing(
     prompt_tokens=150.0,
     kept_share=0.25,
     prune={"magnitude": 10.0, "wanda": 60.0},
+    quantize={"rtn": 5.0, "gptq": 80.0},
 )
 
 
@@ -42,7 +44,7 @@ def test_plan_counts_the_jobs_items_and_time_of_each_rule():
     assert pool.cpu_seconds == pytest.approx(140 * (2.0 + 1.0))
     assert pool.tokens == 140 * 150 * 2  # two prompts per item: open, candidates
     ev = costs["evaluate"]
-    ckpts = 1 + 2 * (2 + 1)  # dense + 2 methods x (2 sparsities + 2:4)
+    ckpts = 1 + 2 * (2 + 1) + 2 * 3  # dense + 2 methods x (2 sparsities + 2:4) + 2 x 3 widths
     selected = min(30, math.ceil(100 * 0.25)) + math.ceil(40 * 0.25)  # 25 + 10
     assert ev.jobs == 2 * ckpts and ev.items == ckpts * selected
     per_item = 2.0 + 1.0 + 3.0 + 4.0  # oneshot is off: not counted
@@ -51,6 +53,9 @@ def test_plan_counts_the_jobs_items_and_time_of_each_rule():
     pr = costs["prune"]
     assert pr.jobs == 2 * 3 and pr.cpu_seconds == pytest.approx(3 * (10.0 + 60.0))
     assert pr.longest_job == 60.0
+    q = costs["quantize"]
+    assert q.jobs == 2 * 3 and q.cpu_seconds == pytest.approx(3 * (5.0 + 80.0))
+    assert q.longest_job == 80.0 and q.items == 0
 
 
 def test_selection_is_capped_and_candidates_counted_only_when_configured():
@@ -58,7 +63,7 @@ def test_selection_is_capped_and_candidates_counted_only_when_configured():
     t = Timing("m", 4, 2, {"open+mc": 2.0, "candidates": 5.0}, 100.0, 1.0, {})
     costs = {c.rule: c for c in plan(cfg, [t], {("d", "en"): 1000})}
     assert costs["evaluate_pool"].cpu_seconds == pytest.approx(100 * 2.0)
-    assert costs["evaluate"].items == 7 * 30  # every item kept, capped at max_per_language
+    assert costs["evaluate"].items == 13 * 30  # every item kept, capped at max_per_language
 
 
 def test_wall_time_local_shares_the_cores_and_slurm_runs_rules_in_waves():

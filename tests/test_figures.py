@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from benchmark_illusion.aggregate import MetricSettings, create_views, run_sql_files
+from benchmark_illusion.aggregate import MetricSettings, create_views, run_metric_sql
 from benchmark_illusion.figures import FIGURES, make_figures
 from benchmark_illusion.schema import LOG_SCHEMA
 
@@ -78,8 +78,9 @@ def database(tmp_path: Path, checkpoints, models=("m",), decode_all=False) -> Pa
             selected[(model, lang)] = ids
             for i, item in enumerate(ids):
                 rows += rows_for(model, "dense", "none", 0.0, lang, item, True, True, 1, decode_all)
-                for method, structure, sparsity in checkpoints:
-                    lost = i < round(sparsity * 8)
+                for method, structure, sparsity, *loss in checkpoints:
+                    # items lost: by sparsity, or as given (a quantized checkpoint has sparsity 0)
+                    lost = i < round((loss[0] if loss else sparsity) * 8)
                     rows += rows_for(
                         model,
                         method,
@@ -110,7 +111,7 @@ def database(tmp_path: Path, checkpoints, models=("m",), decode_all=False) -> Pa
     db = tmp_path / "illusion.duckdb"
     con = duckdb.connect(str(db))
     create_views(con, [str(tmp_path / "g.parquet")], sel, [str(tmp_path / "g.parquet")])
-    run_sql_files(con, SQL, MetricSettings(bootstrap_replicates=100))
+    run_metric_sql(con, SQL, MetricSettings(bootstrap_replicates=100))
     con.close()
     return db
 
@@ -158,5 +159,30 @@ def test_figures_with_every_item_decoded(tmp_path):
     con.close()
     assert complete[0] > 0 and complete[1]
     assert false_rec == 1.0  # beam 0 hits the decoy on every item
+    out = tmp_path / "figures"
+    assert_pngs(make_figures(db, out), out)
+
+
+def test_quantized_checkpoints_are_drawn_by_size_and_kept_out_of_the_sparsity_figures(tmp_path):
+    from benchmark_illusion.aggregate import connect
+    from benchmark_illusion.figures import _methods
+
+    grid = [
+        ("wanda", "unstructured", 0.5),
+        ("wanda", "2:4", 0.5),
+        ("rtn", "int4-g128", 0.0, 0.25),
+        ("gptq", "int4-g128", 0.0, 0.125),
+        ("gptq", "int3-g128", 0.0, 0.5),
+    ]
+    db = database(tmp_path, grid)
+    con = connect(db)
+    acc = con.sql("SELECT * FROM accuracy").pl()
+    size = con.sql("SELECT method, structure, weight_bits FROM checkpoints ORDER BY 1, 2").pl()
+    con.close()
+    assert _methods(acc) == ["wanda"]  # no rtn/gptq panel or line at 'sparsity 0'
+    assert size.filter(pl.col("method") == "gptq")["weight_bits"].to_list() == [
+        3 + 19 / 128,
+        4 + 20 / 128,
+    ]
     out = tmp_path / "figures"
     assert_pngs(make_figures(db, out), out)

@@ -12,6 +12,7 @@ import json
 
 import polars as pl
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from benchmark_illusion import params as rule_params
@@ -70,6 +71,7 @@ def config():
                 },
             },
             "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.25]},
+            "quantization": {"methods": ["rtn", "gptq"], "bits": [3], "group_size": 32},
             "calibration": {"source": "heldout_items", "n_windows": 2, "seq_len": 16},
         },
         root=ROOT,
@@ -169,6 +171,91 @@ def test_calibration_and_every_pruning_method_read_only_their_params(
         assert (tmp_path / method / "sparsity.json").exists()
 
 
+def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bits(
+    config, tiny_dir, item_file, tmp_path
+):
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.quantization import distinct_per_group, parse_structure
+
+    windows = tmp_path / "calibration.safetensors"
+    pipeline.calibration_file(
+        Strict(rule_params.calibration(config)),
+        config["seed"],
+        tiny_dir,
+        windows,
+        item_files=[item_file],
+        selected_files=[],
+    )
+    dense, _ = load_checkpoint(tiny_dir)
+    for method in config["quantization"]["methods"]:
+        out = tmp_path / method / "int3-g32"
+        report = pipeline.quantize_file(
+            tiny_dir,
+            None if method == "rtn" else windows,
+            out,
+            Strict(rule_params.quantize(config, "tiny", method)),
+            model="tiny",
+            method=method,
+            structure="int3-g32",
+            device="cpu",
+        )
+        saved = json.loads((out / "quantization.json").read_text())
+        assert saved["bits"] == 3 and saved["group_size"] == 32 and saved["off_grid_groups"] == 0
+        assert saved["calibration_windows"] == (None if method == "rtn" else [2, 16])
+        assert report["max_distinct_per_group"] <= 8
+        assert json.loads((out / "provenance.json").read_text())["quantization"]["bits"] == 3
+        net, _ = load_checkpoint(out)
+        grid = parse_structure("int3-g32")
+        for (name, w), (_, w0) in zip(
+            net.named_parameters(), dense.named_parameters(), strict=True
+        ):
+            if "layers." in name and name.endswith("proj.weight"):  # every decoder Linear
+                assert int(distinct_per_group(w, grid).max()) <= 8, name
+                assert not torch.equal(w, w0), name
+            else:  # embeddings, norms (and the tied lm_head) as they were
+                assert torch.equal(w, w0), name
+        logs = pipeline.evaluate_file(
+            out,
+            item_file,
+            tmp_path / method / "eval.parquet",
+            Strict(rule_params.pool_evaluation(config)),
+            model="tiny",
+            method=method,
+            structure="int3-g32",
+            dataset="sample",
+            lang="en",
+            device="cpu",
+            limit=2,
+        )
+        assert logs["bits"].unique().to_list() == [3]
+        assert logs["structure"].unique().to_list() == ["int3-g32"]
+        assert logs["sparsity"].unique().to_list() == [0.0]
+    # a bad grid or a missing calibration file fails before the model is loaded
+    with pytest.raises(ValueError, match="not a quantization structure"):
+        pipeline.quantize_file(
+            tiny_dir,
+            None,
+            tmp_path / "x",
+            Strict(rule_params.quantize(config, "tiny", "rtn")),
+            model="tiny",
+            method="rtn",
+            structure="4bit",
+            device="cpu",
+        )
+    with pytest.raises(ValueError, match="gptq needs calibration"):
+        pipeline.quantize_file(
+            tiny_dir,
+            None,
+            tmp_path / "y",
+            Strict(rule_params.quantize(config, "tiny", "gptq")),
+            model="tiny",
+            method="gptq",
+            structure="int4-g32",
+            device="cpu",
+        )
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
 def test_prune_params_carry_method_settings_only_for_their_method(config):
     mag, wanda, sgpt = (
         rule_params.prune(config, "tiny", m) for m in ("magnitude", "wanda", "sparsegpt")
@@ -176,6 +263,8 @@ def test_prune_params_carry_method_settings_only_for_their_method(config):
     assert set(mag) == {"dtype", "tolerance"}
     assert set(wanda) == {"dtype", "tolerance", "batch_size"}
     assert set(sgpt) == {"dtype", "tolerance", "batch_size", "sparsegpt"}
+    assert set(rule_params.quantize(config, "tiny", "rtn")) == {"dtype"}
+    assert set(rule_params.quantize(config, "tiny", "gptq")) == {"dtype", "batch_size", "gptq"}
     for how in ("device", "decode_rows"):  # where and how fast, not what a row holds
         assert how in config["evaluation"]
         assert how not in rule_params.evaluation(config)["evaluation"]

@@ -7,8 +7,17 @@ import pytest
 import torch
 
 from benchmark_illusion.pruning.sparsegpt import Hessian
-from benchmark_illusion.quantization import Grid, distinct_per_group, gptq, rtn
-from conftest import real_layer_inputs
+from benchmark_illusion.quantization import (
+    Grid,
+    QuantizeSettings,
+    check_report,
+    distinct_per_group,
+    gptq,
+    parse_structure,
+    quantize_model,
+    rtn,
+)
+from conftest import make_tiny_model, real_layer_inputs
 
 
 def test_rtn_equals_its_formula_on_a_hand_made_matrix():
@@ -62,6 +71,51 @@ def test_grid_rejects_bad_settings():
         Grid(bits=5)
     with pytest.raises(ValueError, match="group_size"):
         Grid(group_size=0)
+
+
+def test_structure_names_round_trip_and_bad_names_are_refused():
+    for grid in (Grid(4, 128), Grid(8, -1), Grid(3, 64, True), Grid(2, 1)):
+        assert parse_structure(str(grid)) == grid
+    assert str(Grid(4, 128)) == "int4-g128" and str(Grid(8, -1, True)) == "int8-pc-sym"
+    for bad in ("int4", "int4-128", "4bit-g128", "int5-g128", "int4-g0", "int4-g128-asym"):
+        with pytest.raises(ValueError):
+            parse_structure(bad)
+
+
+@pytest.mark.parametrize("method", ["rtn", "gptq"])
+def test_quantize_model_puts_every_decoder_linear_on_its_grid_and_nothing_else(method):
+    model = make_tiny_model(97, layers=2)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    windows = torch.randint(0, 97, (4, 24), generator=torch.Generator().manual_seed(1))
+    grid = Grid(bits=3, group_size=32)
+    report = quantize_model(
+        model, windows, QuantizeSettings(method, grid, batch_size=3), progress=False
+    )
+    check_report(report)
+    assert report["off_grid_groups"] == 0 and report["max_distinct_per_group"] <= 8
+    assert len(report["layers"]) == 2 * 7  # q k v o gate up down per block
+    for name, p in model.named_parameters():
+        if name.endswith("proj.weight"):
+            assert int(distinct_per_group(p, grid).max()) <= 8, name
+            assert not torch.equal(p, before[name]), name
+        else:
+            assert torch.equal(p, before[name]), name
+    assert report["calibration_windows"] == (None if method == "rtn" else [4, 24])
+    # the check fails a layer whose groups hold more values than the grid has levels
+    report["layers"]["model.layers.0.self_attn.q_proj"]["off_grid_groups"] = 3
+    report["off_grid_groups"] = 3
+    with pytest.raises(ValueError, match="not on a 3-bit grid.*q_proj"):
+        check_report(report)
+    if method == "gptq":
+        with pytest.raises(ValueError, match="needs calibration windows"):
+            quantize_model(model, None, QuantizeSettings("gptq", grid), progress=False)
+
+
+def test_quantize_settings_refuse_bad_values():
+    with pytest.raises(ValueError, match="unknown quantization method"):
+        QuantizeSettings("awq")
+    with pytest.raises(ValueError, match="percdamp"):
+        QuantizeSettings("gptq", percdamp=0.0)
 
 
 def test_gptq_with_an_identity_hessian_is_rtn():

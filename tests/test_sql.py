@@ -12,7 +12,13 @@ import polars as pl
 import pytest
 
 from benchmark_illusion.__main__ import main
-from benchmark_illusion.aggregate import MetricSettings, create_views, run_sql_files
+from benchmark_illusion.aggregate import (
+    MetricSettings,
+    create_views,
+    run_metric_sql,
+    run_sql_files,
+    split_report_files,
+)
 from benchmark_illusion.io import parquet_list
 from benchmark_illusion.schema import LOG_SCHEMA
 
@@ -83,8 +89,17 @@ def selected_file(tmp_path, ids, lang="en"):
     return str(path)
 
 
-def build(tmp_path, generations: list, selected: dict, pool: list | None = None, **settings):
-    """A database from log rows: generations and pool are row lists; selected maps lang -> ids."""
+def build(
+    tmp_path,
+    generations: list,
+    selected: dict,
+    pool: list | None = None,
+    tables_only=False,
+    **settings,
+):
+    """A database from log rows: generations and pool are row lists; selected maps lang -> ids.
+    tables_only: run the table files as they are, without add_bits_columns and the report
+    views (default: all, as `aggregate` does)."""
     frame(generations).write_parquet(tmp_path / "g.parquet")
     frame(pool if pool is not None else generations).write_parquet(tmp_path / "p.parquet")
     con = duckdb.connect()
@@ -94,7 +109,10 @@ def build(tmp_path, generations: list, selected: dict, pool: list | None = None,
         [selected_file(tmp_path, ids, lang) for lang, ids in selected.items()],
         [str(tmp_path / "p.parquet")],
     )
-    run_sql_files(con, SQL, MetricSettings(**settings) if settings else None)
+    if tables_only:
+        run_sql_files(con, split_report_files(SQL)[0])
+    else:
+        run_metric_sql(con, SQL, MetricSettings(**settings) if settings else None)
     return con
 
 
@@ -488,7 +506,7 @@ def _distractor_db(tmp_path):
     create_views(
         con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "p.parquet")], [str(report)]
     )
-    run_sql_files(con, SQL)
+    run_metric_sql(con, SQL)
     return con
 
 
@@ -846,7 +864,7 @@ def test_position_bias_by_hand(tmp_path):
     ).write_parquet(sel)
     con = duckdb.connect()
     create_views(con, [str(tmp_path / "g.parquet")], [str(sel)], [str(tmp_path / "g.parquet")])
-    run_sql_files(con, SQL, None)
+    run_metric_sql(con, SQL, None)
     got = {
         (m, f, p): (n, c, s, g, u)
         for m, f, p, n, c, s, g, u in con.execute(
@@ -933,10 +951,11 @@ def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsy
     file_db = _file_db(db, tmp_path)
     keys = ["model", "method", "structure", "sparsity", "dataset", "lang"]
     pooled = _cli_csv(file_db, monkeypatch, capsys, "summary")
-    want = view.filter(pl.col("lang") == "all").sort(keys).drop("dataset", "lang")
+    # no quantized checkpoint: the all-NULL bits column is left out
+    want = view.filter(pl.col("lang") == "all").sort(keys).drop("dataset", "lang", "bits")
     assert pooled.columns == want.columns and pooled.rows() == want.rows()
     by_lang = _cli_csv(file_db, monkeypatch, capsys, "summary", "--by-lang")
-    want = view.filter(pl.col("lang") != "all").sort(keys)
+    want = view.filter(pl.col("lang") != "all").sort(keys).drop("bits")
     assert by_lang.columns == want.columns and by_lang.rows() == want.rows()
 
     # the command reads the view: change the view, and the output changes with it
@@ -977,3 +996,76 @@ def test_parquet_list_quotes_paths(tmp_path):
     assert con.execute(
         f"SELECT count(*) FROM read_parquet({parquet_list([odd / 'g.parquet'])})"
     ).fetchone() == (12,)
+
+
+def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path):
+    """A quantized checkpoint (gptq int4-g128, sparsity 0) whose rows equal the pruned one's gets
+    the same metrics; `checkpoints` describes each checkpoint (storage sizes by hand), and
+    add_bits_columns gives every checkpoint-keyed table `bits` after `sparsity` (NULL unless
+    quantized) without changing a row or its order."""
+    from benchmark_illusion.aggregate import add_bits_columns
+
+    reports = split_report_files(SQL)[1]
+    quant = [
+        {**r, "method": "gptq", "structure": "int4-g128", "sparsity": 0.0, "bits": 4}
+        for r in PRUNED
+    ]
+    nm = [{**r, "structure": "2:4"} for r in PRUNED]
+    con = build(
+        tmp_path,
+        DENSE + PRUNED + quant + nm,
+        {"en": ["i1", "i2", "i3", "i4"]},
+        POOL,
+        tables_only=True,
+    )
+    got = con.execute(
+        "SELECT method, structure, family, bits, group_size, symmetric_grid, weight_bits, "
+        "compression FROM checkpoints ORDER BY method, structure"
+    ).fetchall()
+    assert got == [
+        ("dense", "none", "dense", None, None, None, 16.0, 1.0),
+        (
+            "gptq",
+            "int4-g128",
+            "quantization",
+            4,
+            128,
+            False,
+            4.15625,
+            pytest.approx(3.8496, abs=1e-4),
+        ),
+        ("w", "2:4", "pruning", None, None, None, 9.0, pytest.approx(1.7778, abs=1e-4)),
+        ("w", "unstructured", "pruning", None, None, None, 9.0, pytest.approx(1.7778, abs=1e-4)),
+    ]
+    keyed = [
+        name
+        for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+            "AND table_name <> 'checkpoints'"
+        ).fetchall()
+        if {"model", "method", "structure", "sparsity"}
+        <= {r[0] for r in con.execute(f'DESCRIBE "{name}"').fetchall()}
+    ]
+    before = {t: con.execute(f'SELECT * FROM "{t}"').fetchall() for t in keyed}
+    changed = add_bits_columns(con)
+    assert sorted(changed) == sorted(keyed) and "mc_only" in changed and "item_outcomes" in changed
+    for t in keyed:
+        cols = [r[0] for r in con.execute(f'DESCRIBE "{t}"').fetchall()]
+        assert cols[cols.index("sparsity") + 1] == "bits", t
+        rows = con.execute(f'SELECT * EXCLUDE (bits) FROM "{t}"').fetchall()
+        assert rows == before[t], t  # same rows, same order
+        bits = dict(con.execute(f'SELECT DISTINCT method, bits FROM "{t}"').fetchall())
+        assert bits.get("gptq", 4) == 4 and bits.get("w") is None and bits.get("dense") is None, t
+    assert add_bits_columns(con) == []  # already there: nothing changes
+    # the quantized checkpoint's metrics are the pruned one's (same rows)
+    mc_only = dict(
+        con.execute(
+            "SELECT method, mc_only_rate FROM mc_only WHERE lang = 'all' "
+            "AND structure IN ('int4-g128', 'unstructured')"
+        ).fetchall()
+    )
+    assert mc_only["gptq"] == mc_only["w"] == pytest.approx(2 / 4)  # i1, i2 of four
+    run_metric_sql(con, reports)  # the report views show bits
+    assert con.execute(
+        "SELECT DISTINCT method, structure FROM report_summary WHERE bits = 4"
+    ).fetchall() == [("gptq", "int4-g128")]

@@ -303,7 +303,17 @@ def main(argv: list[str] | None = None) -> int:
                         f"{n_perm} permutations: the smallest p is 1/{n_perm + 1})"
                     )
         else:
-            _print(con.sql(SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL), args.csv, 10_000)
+            sql = SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL
+            columns = con.sql("SELECT * FROM report_summary LIMIT 0").columns
+            if (
+                "bits" in columns
+                and not con.execute("SELECT count(bits) FROM report_summary").fetchall()[0][0]
+            ):
+                # no quantized checkpoint: a column of NULLs says nothing
+                sql = sql.replace("SELECT * EXCLUDE (", "SELECT * EXCLUDE (bits, ").replace(
+                    "SELECT * FROM", "SELECT * EXCLUDE (bits) FROM"
+                )
+            _print(con.sql(sql), args.csv, 10_000)
     except duckdb.Error as e:
         print(f"error: {e}", file=sys.stderr)
         if isinstance(e, duckdb.CatalogException) and "report_" in str(e):

@@ -142,6 +142,64 @@ def run_sql_files(
     )
 
 
+CHECKPOINT_KEY = ("model", "method", "structure", "sparsity")
+# SQL files named from this on (90_report.sql) define report views over the finished tables, so
+# they run after add_bits_columns and can show `bits`.
+REPORT_FILES_FROM = "90"
+
+
+def split_report_files(sql_files: list[str]) -> tuple[list[str], list[str]]:
+    """(table files, report files) of a list of SQL files, by REPORT_FILES_FROM."""
+    tables = [f for f in sql_files if Path(f).name < REPORT_FILES_FROM]
+    return tables, [f for f in sql_files if Path(f).name >= REPORT_FILES_FROM]
+
+
+def add_bits_columns(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Give every table keyed by checkpoint (model, method, structure, sparsity) the checkpoint's
+    `bits` (from the `checkpoints` table; NULL when not quantized) right after `sparsity`, rows
+    in the same order; return the tables changed. Tables that have `bits` already are skipped,
+    so running it again (the concept stage, on a copy of the metric database) changes nothing;
+    without a `checkpoints` table (05_checkpoints.sql not run) nothing changes either.
+    """
+    changed = []
+    if not con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'checkpoints'"
+    ).fetchone()[0]:
+        return changed
+    tables = con.execute(
+        "SELECT table_name FROM information_schema.tables "
+        "WHERE table_schema = 'main' AND table_type = 'BASE TABLE' AND table_name <> 'checkpoints' "
+        "ORDER BY 1"
+    ).fetchall()
+    for (name,) in tables:
+        cols = [r[0] for r in con.execute(f'DESCRIBE "{name}"').fetchall()]
+        if "bits" in cols or not set(CHECKPOINT_KEY) <= set(cols):
+            continue
+        at = cols.index("sparsity") + 1
+        select = ", ".join(
+            [f't."{c}"' for c in cols[:at]] + ["c.bits"] + [f't."{c}"' for c in cols[at:]]
+        )
+        on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM c."{k}"' for k in CHECKPOINT_KEY)
+        con.execute(
+            f'CREATE OR REPLACE TABLE "{name}" AS SELECT {select} FROM "{name}" t '
+            f"LEFT JOIN (SELECT DISTINCT {', '.join(CHECKPOINT_KEY)}, bits FROM checkpoints) c "
+            f"ON {on} ORDER BY t.rowid"
+        )
+        changed.append(name)
+    return changed
+
+
+def run_metric_sql(
+    con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: MetricSettings | None = None
+) -> None:
+    """The metric tables (files before REPORT_FILES_FROM), their `bits` column
+    (add_bits_columns), then the report views."""
+    tables, reports = split_report_files(sql_files)
+    run_sql_files(con, tables, settings)
+    add_bits_columns(con)
+    run_sql_files(con, reports, settings)
+
+
 def build_database(
     db_path: str | Path,
     generations: list[str],
@@ -156,7 +214,7 @@ def build_database(
         con = duckdb.connect(str(tmp))
         try:
             create_views(con, generations, selected, pool, item_reports)
-            run_sql_files(con, sql_files, settings)
+            run_metric_sql(con, sql_files, settings)
             for (name,) in con.execute(
                 "SELECT table_name FROM information_schema.tables ORDER BY 1"
             ).fetchall():

@@ -21,7 +21,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
-from .aggregate import run_sql
+from .aggregate import add_bits_columns, run_sql, split_report_files
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -107,11 +107,6 @@ def load_sae_fits(con: duckdb.DuckDBPyConnection, fits: dict[str, str]) -> None:
     con.unregister("fits")
 
 
-# Concept files named from this on (90_report.sql) define report views over the finished tables:
-# they run after the damage tests, whose columns they read.
-REPORT_FILES_FROM = "90"
-
-
 def run_concept_sql(
     con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: GapSettings, tests: bool = True
 ) -> None:
@@ -120,8 +115,7 @@ def run_concept_sql(
     concept_damage) run before the report files (named from REPORT_FILES_FROM on). Without
     `tests` (the stability subsamples) neither the damage tests nor the report files run."""
     settings.check()
-    tables = [f for f in sql_files if Path(f).name < REPORT_FILES_FROM]
-    reports = [f for f in sql_files if Path(f).name >= REPORT_FILES_FROM]
+    tables, reports = split_report_files(sql_files)
     run_sql(
         con,
         tables,
@@ -133,6 +127,7 @@ def run_concept_sql(
     )
     if tests:
         damage_tests(con, settings)
+        add_bits_columns(con)  # the concept tables keyed by checkpoint, before their views
         run_sql(con, reports, {})
 
 

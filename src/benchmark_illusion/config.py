@@ -162,6 +162,14 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
                 f"(configured: {', '.join(sorted(configured))})"
             )
     errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
+    quant = config.get("quantization") or {}
+    if quant.get("group_size") == 0:
+        errors.append(
+            "quantization.group_size: 0 is not a group size: give the input columns per grid "
+            "(>= 1), or -1 for one grid per output row"
+        )
+    if quant.get("methods") and not quant.get("bits", [8, 4, 3]):
+        errors.append("quantization.bits: methods are set but there is no bit width to quantize to")
     errors += _concept_errors(config, root)
     if not errors:
         errors += _heldout_size_errors(config, root)
@@ -222,7 +230,9 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     files hold fewer characters in all their passages than the tokens it asks for (a token
     covers at least one character; the exact count is checked when the windows are cut)."""
     cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
-    needs = set(pruning.get("methods", [])) - {"magnitude"}
+    needs = (set(pruning.get("methods", [])) - {"magnitude"}) | (
+        set((config.get("quantization") or {}).get("methods", [])) - {"rtn"}
+    )
     if cal.get("source", "heldout_items") != "heldout_items" or not needs:
         return []
     datasets = config.get("datasets", {})

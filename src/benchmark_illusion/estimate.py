@@ -8,8 +8,8 @@ items of its first benchmark and language in seeded order, and times, per item:
   beam        evaluation.recovery.num_beams beams        (when on)
   sample      evaluation.recovery.num_samples samples    (when on)
   oneshot     the 1-shot prompt, greedy                  (when on)
-and each configured pruning method on its first decoder block with the configured calibration
-windows (times the number of blocks).
+and each configured pruning and quantization method on its first decoder block with the
+configured calibration windows (times the number of blocks).
 
 It then counts the jobs the DAG will run and multiplies:
   evaluate_pool  per benchmark language: min(pool_max, items available) x (open+mc, candidates)
@@ -19,12 +19,14 @@ It then counts the jobs the DAG will run and multiplies:
                  items their scope names (scope all: every selected item; mc_only/open_wrong:
                  at most every selected item, an upper bound)
   prune          per model, method and sparsity: the timed block x the number of blocks
+  quantize       per model, method and bit width: the timed block (at the first bit width)
+                 x the number of blocks
 Rules not timed here (SAE, concept rules, aggregation, figures) are listed as such.
 
 Wall time: locally the jobs share `cores` (each evaluation job uses the threads it was timed
 with); on SLURM every job of a rule runs at once up to the profile's `jobs`, at the measured
 per-job speed (a GPU node is faster: the estimate is then an upper bound), one rule after the
-other along the DAG (pool, prune, evaluate).
+other along the DAG (pool, prune, quantize, evaluate).
 """
 
 from __future__ import annotations
@@ -48,8 +50,9 @@ from .decoding import Tokens, stop_rule
 from .evaluate import RunMeta, evaluate_items
 from .items import build_items, validate_rows
 from .models import import_model, load_checkpoint
-from .pipeline import eval_settings, prune_settings, seeded_order
+from .pipeline import eval_settings, prune_settings, quantize_settings, seeded_order
 from .pruning.layerwise import decoder_layers, prune_model
+from .quantization import Grid, QuantizeSettings, quantize_model
 from .recovery import recovery_rows
 from .settings import RecoverySettings
 
@@ -60,8 +63,8 @@ PARTS = ("open+mc", "candidates", "beam", "sample", "oneshot")
 class Timing:
     """Measured on `n_items` items with `threads` torch threads: seconds per item per part,
     prompt tokens per item, the dense model's share right in open and mc, and seconds per
-    pruned checkpoint per method (its first decoder block pruned on the configured calibration
-    windows, times the number of blocks)."""
+    pruned or quantized checkpoint per method (its first decoder block pruned or quantized on the
+    configured calibration windows, times the number of blocks)."""
 
     model: str
     n_items: int
@@ -70,6 +73,7 @@ class Timing:
     prompt_tokens: float = 0.0
     kept_share: float = 0.0
     prune: dict[str, float] = field(default_factory=dict)  # seconds per checkpoint
+    quantize: dict[str, float] = field(default_factory=dict)  # seconds per checkpoint
 
 
 @dataclass
@@ -166,7 +170,12 @@ def measure(config: dict, root: Path, n_items: int | None = None) -> list[Timing
             p = rule_params.prune(config, name, method)
             sparsity = (config["pruning"]["sparsities"] or [0.5])[0]
             ps = prune_settings(p, method, "unstructured", sparsity)
-            t.prune[method] = _prune_first_layer(model, windows, ps) * n_layers
+            t.prune[method] = _first_layer_seconds(model, windows, ps) * n_layers
+        q = config["quantization"]
+        for method in q["methods"] if q["bits"] else []:
+            grid = Grid(q["bits"][0], q["group_size"], q["symmetric"])
+            qs = quantize_settings(rule_params.quantize(config, name, method), method, str(grid))
+            t.quantize[method] = _first_layer_seconds(model, windows, qs) * n_layers
         out.append(t)
     return out
 
@@ -182,19 +191,28 @@ def _windows(items: pl.DataFrame, tok, n: int, seq_len: int, seed: int) -> torch
             docs = docs * 2
 
 
-def _prune_first_layer(model, windows, settings) -> float:
-    """Seconds to prune a copy of the model cut to its first decoder block."""
+def _first_layer_seconds(model, windows, settings) -> float:
+    """Seconds to prune (PruneSettings) or quantize (QuantizeSettings) a copy of the model cut to
+    its first decoder block."""
     work = copy.deepcopy(model)
     del decoder_layers(work)[1:]
     work.config.num_hidden_layers = 1
     t0 = time.perf_counter()
-    prune_model(work, windows, settings, progress=False)
+    if isinstance(settings, QuantizeSettings):
+        quantize_model(work, windows, settings, progress=False)
+    else:
+        prune_model(work, windows, settings, progress=False)
     return time.perf_counter() - t0
 
 
 def _checkpoints(config: dict) -> int:
-    pr = config["pruning"]
-    return 1 + len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or []))
+    """Checkpoints evaluated per benchmark: dense, every pruned and every quantized one."""
+    pr, q = config["pruning"], config["quantization"]
+    return (
+        1
+        + len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or []))
+        + len(q["methods"]) * len(q["bits"])
+    )
 
 
 def plan(
@@ -206,7 +224,10 @@ def plan(
     it = config["items"]
     pool_formats = ["open+mc"] + (["candidates"] if "candidates" in ev["formats"] else [])
     decodes = [p for p in ("beam", "sample", "oneshot") if rec.get(p)]
-    costs = {r: RuleCost(r, 0, 0, 0, 0.0, 0.0) for r in ("evaluate_pool", "prune", "evaluate")}
+    costs = {
+        r: RuleCost(r, 0, 0, 0, 0.0, 0.0)
+        for r in ("evaluate_pool", "prune", "quantize", "evaluate")
+    }
     for t in timings:
         per_pool_item = sum(t.per_item.get(p, 0.0) for p in pool_formats)
         per_eval_item = per_pool_item + sum(t.per_item.get(p, 0.0) for p in decodes)
@@ -231,6 +252,12 @@ def plan(
         for sec in t.prune.values():
             n = len(pr["sparsities"]) + len(pr.get("nm") or [])
             c = costs["prune"]
+            c.jobs += n
+            c.cpu_seconds += n * sec
+            c.longest_job = max(c.longest_job, sec)
+        for sec in t.quantize.values():  # each bit width costs about the same
+            n = len(config["quantization"]["bits"])
+            c = costs["quantize"]
             c.jobs += n
             c.cpu_seconds += n * sec
             c.longest_job = max(c.longest_job, sec)
@@ -290,11 +317,11 @@ def estimate(config: dict, root: Path, n_items: int | None = None, cores: int | 
     lines = []
     for t in timings:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in t.per_item.items())
-        prunes = ", ".join(f"{k} {v:.1f}" for k, v in t.prune.items())
+        prunes = ", ".join(f"{k} {v:.1f}" for k, v in {**t.prune, **t.quantize}.items())
         lines += [
             f"{t.model}: timed on {t.n_items} items with {t.threads} threads: seconds per item: "
             f"{parts}; {t.prompt_tokens:.0f} prompt tokens per item; right in open and mc: "
-            f"{t.kept_share:.0%}; seconds per pruned checkpoint: {prunes}",
+            f"{t.kept_share:.0%}; seconds per pruned or quantized checkpoint: {prunes}",
         ]
     lines += ["", f"{'rule':15} {'jobs':>6} {'items':>8} {'tokens':>12} {'CPU time':>10}"]
     for c in costs:

@@ -42,6 +42,7 @@ class RunMeta:
     method: str = "dense"
     structure: str = "none"
     sparsity: float = 0.0
+    bits: int | None = None  # bits per weight of a quantized checkpoint; None: not quantized
     dataset: str = ""
     lang: str = ""
     model_hash: str = ""
@@ -84,6 +85,7 @@ def evaluate_items(
         method=meta.method,
         structure=meta.structure,
         sparsity=float(meta.sparsity),
+        bits=meta.bits,
         dataset=meta.dataset,
         lang=meta.lang,
         seed=settings.seed,

@@ -29,6 +29,7 @@ FIGURES = (
     "recovery_by_decode",
     "position_bias",
     "oracle_vs_sparsity",
+    "accuracy_vs_size",
 )
 FORMATS = {
     "open": "open (generate)",
@@ -43,7 +44,13 @@ DECODES = {
     "oneshot": "one-shot greedy",
     "oracle": "any decode (oracle)",
 }
-METHOD_COLORS = {"magnitude": "tab:blue", "wanda": "tab:orange", "sparsegpt": "tab:green"}
+METHOD_COLORS = {
+    "magnitude": "tab:blue",
+    "wanda": "tab:orange",
+    "sparsegpt": "tab:green",
+    "rtn": "tab:purple",
+    "gptq": "tab:red",
+}
 
 
 def _color(method: str, i: int = 0) -> str:
@@ -88,6 +95,10 @@ def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> N
 
 
 def _methods(df: pl.DataFrame) -> list[str]:
+    """The pruning methods of the rows (the sparsity figures' panels and lines): neither dense
+    nor quantized (a `bits` value; quantized checkpoints are drawn by accuracy_vs_size)."""
+    if "bits" in df.columns:
+        df = df.filter(pl.col("bits").is_null())
     return sorted(m for m in df["method"].unique().to_list() if m != "dense")
 
 
@@ -456,6 +467,8 @@ def oracle_vs_sparsity(con, path: Path) -> None:
 def _checkpoint_label(row: dict) -> str:
     if row["method"] == "dense":
         return "dense"
+    if row.get("bits") is not None:
+        return f"{row['method']} {row['structure']}"
     return f"{row['method']}{_label_unstructured(row['structure'])} {row['sparsity']:.2f}"
 
 
@@ -465,7 +478,10 @@ def position_bias(con, path: Path) -> None:
     df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     fig, axes = _grid(
-        len(models), 2, width=5.2, height=max(3.0, 0.32 * df["sparsity"].n_unique() * 4)
+        len(models),
+        2,
+        width=5.2,
+        height=max(3.0, 0.32 * df.select("method", "structure", "sparsity").n_unique() * 4),
     )
     for r, model in enumerate(models):
         for c, fmt in enumerate(("candidates", "mc")):
@@ -520,6 +536,80 @@ def position_bias(con, path: Path) -> None:
             )
     fig.suptitle(
         "Position bias: share of items whose chosen option sits at each position", fontsize=12
+    )
+    _save(fig, path)
+
+
+SIZE_LABEL = "stored bits per weight (table checkpoints: weight_bits)"
+
+
+def accuracy_vs_size(con, path: Path) -> None:
+    """Pruning and quantization on one axis: accuracy per format and the MC-only rate against
+    the stored bits per weight of the compressed layers (`checkpoints.weight_bits`; dense 16),
+    one line per method and structure kind (unstructured, each N:M, each quantization grid
+    shape), so checkpoints of matched size stand one above the other."""
+    acc = con.sql(
+        "SELECT a.model, a.method, a.structure, a.sparsity, a.format, a.accuracy AS value, "
+        "a.ci_low, a.ci_high, c.weight_bits, c.family, c.group_size, c.symmetric_grid "
+        "FROM accuracy a JOIN checkpoints c USING (model, method, structure, sparsity) "
+        "WHERE a.dataset = 'all' AND a.format IN ('open', 'candidates', 'mc')"
+    ).pl()
+    mc_only = con.sql(
+        "SELECT m.model, m.method, m.structure, m.sparsity, 'mc_only' AS format, "
+        "m.mc_only_rate AS value, m.mc_only_ci_low AS ci_low, m.mc_only_ci_high AS ci_high, "
+        "c.weight_bits, c.family, c.group_size, c.symmetric_grid "
+        "FROM mc_only m JOIN checkpoints c USING (model, method, structure, sparsity) "
+        "WHERE m.dataset = 'all'"
+    ).pl()
+    df = pl.concat([acc, mc_only], how="vertical_relaxed")
+    panels = {**FORMATS, "mc_only": "MC-only rate (mc right, open wrong)"}
+    models = sorted(df["model"].unique().to_list()) or ["(no checkpoints)"]
+    fig, axes = _grid(len(models), len(panels))
+
+    def kind(row: dict) -> str:
+        if row["family"] == "quantization":
+            return row["structure"].split("-", 1)[1]  # the grid shape: g128, pc, g64-sym
+        return "" if row["structure"] == "unstructured" else row["structure"]
+
+    df = df.with_columns(
+        pl.struct("family", "structure").map_elements(kind, return_dtype=pl.Utf8).alias("kind")
+    )
+    for r, model in enumerate(models):
+        d = df.filter(pl.col("model") == model)
+        for c, (fmt, title) in enumerate(panels.items()):
+            ax = axes[r][c]
+            f = d.filter(pl.col("format") == fmt)
+            if f.height == 0:
+                _empty(ax, f"{fmt} not evaluated" if fmt != "mc_only" else "no MC-only table")
+                continue
+            dense = f.filter(pl.col("family") == "dense")
+            lines = f.filter(pl.col("family") != "dense").select("method", "kind", "family")
+            for i, (method, k, family) in enumerate(sorted(lines.unique().iter_rows())):
+                m = f.filter((pl.col("method") == method) & (pl.col("kind") == k))
+                nm = family == "pruning" and k != ""
+                _errorbar(
+                    ax,
+                    (m if nm else pl.concat([dense, m])).sort("weight_bits"),
+                    "weight_bits",
+                    "value",
+                    "ci_low",
+                    "ci_high",
+                    marker={"quantization": "D", "pruning": "s" if nm else "o"}[family],
+                    linestyle="none" if nm else "-",
+                    markerfacecolor="none" if nm else None,
+                    color=_color(method, i),
+                    label=f"{method} {k}".strip(),
+                )
+            if dense.height:
+                ax.plot(dense["weight_bits"], dense["value"], "k*", markersize=10, label="dense")
+            ax.invert_xaxis()  # more compression to the right
+            _label(ax, model, title, SIZE_LABEL, "rate on selected items", (-0.03, 1.03))
+            ax.legend(fontsize=7)
+    fig.suptitle(
+        "Pruning and quantization at matched size: accuracy and MC-only rate against stored "
+        "bits per weight (all languages pooled; 95% bootstrap intervals)",
+        fontsize=12,
+        y=1.02,
     )
     _save(fig, path)
 

@@ -67,6 +67,17 @@ def prune(config: dict, model_name: str, method: str) -> dict:
     return params
 
 
+def quantize(config: dict, model_name: str, method: str) -> dict:
+    """What changes one quantized checkpoint besides its grid (the grid is in its path, so a
+    new group size or bit width adds checkpoints instead of replacing them): GPTQ's settings
+    only for gptq."""
+    q = config["quantization"]
+    params = {"dtype": config["models"][model_name]["dtype"]}
+    if method == "gptq":
+        params.update(batch_size=q["batch_size"], gptq=q["gptq"])
+    return params
+
+
 def metrics(config: dict) -> dict:
     """Bootstrap settings of the metric tables (a change re-runs only the aggregation)."""
     m = config["metrics"]

@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
 from . import calibration as cal
+from . import quantization as quant
 from .data import load_raw
 from .evaluate import RunMeta, evaluate_items
 from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
@@ -148,6 +149,17 @@ def eval_config_hash(params: dict) -> str:
     )
 
 
+def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
+    """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
+    pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'."""
+    if method in quant.METHODS:
+        grid = quant.parse_structure(structure)
+        return str(grid), grid.bits
+    if structure == "none":
+        return structure, None
+    return str(parse_structure(structure)), None
+
+
 def evaluate_file(
     checkpoint: str | Path,
     items_path: str | Path,
@@ -179,8 +191,7 @@ def evaluate_file(
     decode_rows: rows a greedy decode runs together (None: the settings' default); like the
       device, it changes the speed, not a decision.
     """
-    if structure != "none":
-        structure = str(parse_structure(structure))  # logs say '2:4' where paths say '2of4'
+    structure, bits = describe_checkpoint(method, structure)
     items = pl.read_parquet(items_path)
     if limit is not None and items.height > limit:
         keep = set(seeded_order(items["item_id"].to_list(), params["seed"])[:limit])
@@ -205,6 +216,7 @@ def evaluate_file(
         method=method,
         structure=structure,
         sparsity=sparsity,
+        bits=bits,
         dataset=dataset,
         lang=lang,
         model_hash=checkpoint_hash(checkpoint),
@@ -407,4 +419,83 @@ def prune_file(
         report["seconds"],
     )
     log_peak_gpu_memory(log, device, "prune")
+    return report
+
+
+# ---------------------------------------------------------------- quantization
+
+
+def quantize_settings(params: dict, method: str, structure: str) -> quant.QuantizeSettings:
+    """QuantizeSettings for one grid point from the quantize rule's params (params.quantize:
+    GPTQ's settings only for gptq) and the grid its structure names; raises ValueError."""
+    kwargs = {}
+    if method == "gptq":
+        g = params["gptq"]
+        kwargs.update(
+            batch_size=params["batch_size"],
+            blocksize=g["blocksize"],
+            percdamp=g["percdamp"],
+            act_order=g["act_order"],
+        )
+    return quant.QuantizeSettings(method, quant.parse_structure(structure), **kwargs)
+
+
+def quantize_file(
+    model_dir: str | Path,
+    calibration: str | Path | None,
+    out: str | Path,
+    params: dict,
+    *,
+    model: str,
+    method: str,
+    structure: str,
+    device: str = "auto",
+    trust_remote_code: bool = False,
+    threads: int | None = None,
+) -> dict:
+    """Quantize the dense checkpoint and write checkpoint + quantization.json (atomically, after
+    the on-grid check): the dequantized weights in the model's dtype, so evaluation is unchanged.
+
+    params: the rule's params (params.quantize). structure: the grid, e.g. int4-g128.
+    """
+    settings = quantize_settings(params, method, structure)  # fails before any work
+    if method == "gptq" and not calibration:
+        raise ValueError("gptq needs calibration windows (the calibration_data rule's output)")
+    if threads:
+        torch.set_num_threads(threads)
+    device = resolve_device(device)
+    net, tok = load_checkpoint(model_dir, params["dtype"], device, trust_remote_code)
+    log.info("loaded %s on %s", model_dir, device)
+    windows = load_file(str(calibration))["input_ids"] if calibration else None
+    report = quant.quantize_model(net, windows, settings)
+    report["model"] = model
+    report["dtype"] = params["dtype"]
+    report["dense_model_hash"] = checkpoint_hash(model_dir)
+    quant.check_report(report)
+    with atomic_path(out) as tmp:
+        net.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        write_json(report, Path(tmp) / "quantization.json")
+        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
+        prov.update(
+            quantized_from=str(model_dir),
+            quantization={
+                k: report[k] for k in ("method", "structure", "bits", "group_size", "symmetric")
+            },
+            weights_sha256={
+                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
+            },
+        )
+        write_json(prov, Path(tmp) / "provenance.json")
+    log.info(
+        "quantized %s %s %s: %d groups, at most %d distinct values per group (grid: %d) in %.1fs",
+        model,
+        method,
+        structure,
+        report["groups"],
+        report["max_distinct_per_group"],
+        report["levels"],
+        report["seconds"],
+    )
+    log_peak_gpu_memory(log, device, "quantize")
     return report

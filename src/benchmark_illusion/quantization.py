@@ -15,17 +15,30 @@ rest. A group's grid is fixed when its first column is reached, from the weights
 far; with `act_order` the columns go in order of decreasing H_jj and every group's grid is fixed
 up front from the original weights (static groups), so the groups stay the original column
 ranges either way and `distinct_per_group` can check every one.
+
+`quantize_model` applies either to every Linear of the decoder blocks, block by block
+(`pruning.layerwise.compress_blockwise`, the walker pruning uses: GPTQ's Hessians of block i
+come from the inputs that the quantized blocks 0..i-1 produce); embeddings and lm_head stay as
+they are. A grid is named in paths and logs by its structure string, e.g. int4-g128.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import time
+from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
-from .pruning.sparsegpt import inverse_hessian_factor
+from .pruning.layerwise import compress_blockwise
+from .pruning.sparsegpt import Hessian, inverse_hessian_factor
 
 BITS = (2, 3, 4, 8)
+METHODS = ("rtn", "gptq")
+# How a grid is spelled in checkpoint paths and in the logs' `structure` column:
+# int<bits>-g<group_size> or int<bits>-pc (per channel), with -sym when symmetric.
+STRUCTURE_PATTERN = r"int[0-9]+-(?:g[0-9]+|pc)(?:-sym)?"
 
 
 @dataclass(frozen=True)
@@ -50,6 +63,22 @@ class Grid:
     def width(self, cols: int) -> int:
         """Columns per group of a weight with `cols` input columns."""
         return cols if self.group_size == -1 else min(self.group_size, cols)
+
+    def __str__(self) -> str:
+        group = "pc" if self.group_size == -1 else f"g{self.group_size}"
+        return f"int{self.bits}-{group}" + ("-sym" if self.symmetric else "")
+
+
+def parse_structure(name: str) -> Grid:
+    """The Grid a structure name spells: 'int4-g128' (4 bits, groups of 128 columns,
+    asymmetric), 'int8-pc-sym' (8 bits, one symmetric grid per output row); str(grid) inverts it."""
+    m = re.fullmatch(r"int([0-9]+)-(?:g([0-9]+)|(pc))(-sym)?", name)
+    if not m:
+        raise ValueError(
+            f"not a quantization structure: {name!r} (expected int<bits>-g<group_size> or "
+            "int<bits>-pc, optionally with -sym, e.g. int4-g128)"
+        )
+    return Grid(bits=int(m[1]), group_size=-1 if m[3] else int(m[2]), symmetric=m[4] is not None)
 
 
 def grid_params(w: torch.Tensor, grid: Grid) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,16 +135,16 @@ def gptq(
     w[:, dead] = 0.0
     # the grid of every group (original column ranges): fixed up front with act_order, else
     # when the group's first column is reached
-    scale = torch.zeros((rows, cols), dtype=torch.float32)
-    zero = torch.zeros((rows, cols), dtype=torch.float32)
-    fixed = torch.zeros(cols, dtype=torch.bool)
+    scale = torch.zeros((rows, cols), dtype=torch.float32, device=w.device)
+    zero = torch.zeros((rows, cols), dtype=torch.float32, device=w.device)
+    fixed = [False] * cols
 
     def fix(c0: int, source: torch.Tensor) -> None:
         s, z = grid_params(source, grid)
         scale[:, c0 : c0 + g], zero[:, c0 : c0 + g] = s, z
-        fixed[c0 : c0 + g] = True
+        fixed[c0 : c0 + g] = [True] * len(fixed[c0 : c0 + g])
 
-    order = torch.arange(cols)
+    order = torch.arange(cols, device=w.device)
     if act_order:
         for c0 in range(0, cols, g):
             fix(c0, w[:, c0 : c0 + g])
@@ -124,6 +153,7 @@ def gptq(
         u, _ = inverse_hessian_factor(hp, percdamp)
         w = w[:, order]
         scale, zero = scale[:, order], zero[:, order]
+    original = order.tolist()  # column positions -> original columns, without a sync per column
     q = torch.zeros_like(w)
     for b0 in range(0, cols, blocksize):
         b1 = min(b0 + blocksize, cols)
@@ -132,12 +162,12 @@ def gptq(
         err = torch.zeros_like(wb)
         for j in range(b1 - b0):
             col = b0 + j
-            orig = int(order[col])
+            orig = original[col]
             if not fixed[orig]:  # not act_order: a group starts here (columns in order)
                 rest = torch.cat([wb[:, j:], w[:, b1:]], dim=1)
                 s, z = grid_params(rest[:, :g], grid)
                 scale[:, col : col + g], zero[:, col : col + g] = s, z
-                fixed[orig : orig + g] = True
+                fixed[orig : orig + g] = [True] * len(fixed[orig : orig + g])
             x = wb[:, j]
             qx = on_grid(x[:, None], scale[:, col : col + 1], zero[:, col : col + 1], grid.maxq)
             q[:, col] = qx[:, 0]
@@ -161,3 +191,103 @@ def distinct_per_group(weight: torch.Tensor, grid: Grid) -> torch.Tensor:
         s = torch.sort(part, dim=1).values
         counts.append(1 + (s[:, 1:] != s[:, :-1]).sum(1))
     return torch.stack(counts, dim=1)
+
+
+@dataclass(frozen=True)
+class QuantizeSettings:
+    """method: rtn | gptq; the grid; GPTQ's calibration batch size, block size, dampening and
+    activation order (unused by RTN)."""
+
+    method: str
+    grid: Grid = field(default_factory=Grid)
+    batch_size: int = 8
+    blocksize: int = 128
+    percdamp: float = 0.01
+    act_order: bool = False
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(
+                f"unknown quantization method {self.method!r}; known: {', '.join(METHODS)}"
+            )
+        if self.blocksize < 1 or not 0 < self.percdamp < 1 or self.batch_size < 1:
+            raise ValueError(
+                f"need blocksize >= 1, batch_size >= 1 and percdamp in (0, 1), got {self}"
+            )
+
+
+@torch.inference_mode()
+def quantize_model(
+    model: nn.Module,
+    windows: torch.Tensor | None,
+    settings: QuantizeSettings,
+    progress: bool = True,
+) -> dict:
+    """Quantize every Linear of the decoder blocks in place (embeddings and lm_head kept, as in
+    pruning); return the report that quantization.json stores: the grid, per layer the number of
+    groups, the distinct values per group (at most 2^bits on the grid) and the relative change
+    ||W' - W||_F / ||W||_F, totals and timing.
+
+    windows: [n, seq_len] calibration token ids (GPTQ's Hessians; unused by RTN).
+    """
+    t0 = time.perf_counter()
+    grid = settings.grid
+
+    def quantize(lin: nn.Linear, stat) -> dict:
+        w = lin.weight.data
+        if settings.method == "rtn":
+            new = rtn(w, grid)
+        else:
+            new = gptq(
+                w, stat.value, grid, settings.blocksize, settings.percdamp, settings.act_order
+            )
+        change = float((new.float() - w.float()).norm() / w.float().norm().clamp_min(1e-12))
+        w.copy_(new)
+        counts = distinct_per_group(w, grid)
+        return {
+            "numel": w.numel(),
+            "groups": counts.numel(),
+            "max_distinct_per_group": int(counts.max()),
+            "mean_distinct_per_group": round(float(counts.float().mean()), 3),
+            "off_grid_groups": int((counts > 2**grid.bits).sum()),
+            "relative_change": round(change, 6),
+        }
+
+    per_layer = compress_blockwise(
+        model,
+        windows,
+        settings.batch_size,
+        Hessian if settings.method == "gptq" else None,
+        quantize,
+        f"quantize {settings.method} {grid}",
+        progress,
+    )
+    total = lambda key: sum(v[key] for v in per_layer.values())  # noqa: E731
+    return {
+        "method": settings.method,
+        "structure": str(grid),
+        "bits": grid.bits,
+        "group_size": grid.group_size,
+        "symmetric": grid.symmetric,
+        "act_order": settings.act_order if settings.method == "gptq" else None,
+        "levels": 2**grid.bits,
+        "quantized_parameters": total("numel"),
+        "groups": total("groups"),
+        "max_distinct_per_group": max(v["max_distinct_per_group"] for v in per_layer.values()),
+        "off_grid_groups": total("off_grid_groups"),
+        "layers": per_layer,
+        "seconds": round(time.perf_counter() - t0, 2),
+        "calibration_windows": None
+        if windows is None or settings.method == "rtn"
+        else list(windows.shape),
+    }
+
+
+def check_report(report: dict) -> None:
+    """Raise if any group holds more distinct values than its grid has levels."""
+    if report["off_grid_groups"]:
+        bad = [k for k, v in report["layers"].items() if v["off_grid_groups"]][:5]
+        raise ValueError(
+            f"{report['off_grid_groups']} groups hold more than {report['levels']} distinct "
+            f"values: not on a {report['bits']}-bit grid (e.g. in {bad})"
+        )

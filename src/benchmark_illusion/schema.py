@@ -11,6 +11,7 @@ LOG_SCHEMA = {
     "method": pl.Utf8,
     "structure": pl.Utf8,
     "sparsity": pl.Float64,
+    "bits": pl.Int32,
     "dataset": pl.Utf8,
     "lang": pl.Utf8,
     "item_id": pl.Utf8,

@@ -59,6 +59,12 @@ rule figures:
             category="Figures",
             labels={"figure": "6 greedy vs oracle accuracy"},
         ),
+        report(
+            "results/figures/accuracy_vs_size.png",
+            caption="../report/accuracy_vs_size.rst",
+            category="Figures",
+            labels={"figure": "7 pruning and quantization at matched size"},
+        ),
     log:
         "logs/figures.log",
     script:

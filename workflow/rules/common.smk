@@ -30,6 +30,14 @@ FILE_MODELS = sorted(m for m in MODELS if m not in HUB_MODELS)
 DATASETS = sorted(config["datasets"])
 
 
+# Checkpoint wildcards, one place for the rules: {method}/{structure} of a pruned or a quantized
+# checkpoint (a quantized one's {sparsity} is 0; its structure names the grid, e.g. int4-g128).
+PRUNE_METHODS = "magnitude|wanda|sparsegpt"
+PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
+QUANT_METHODS = "rtn|gptq"
+QUANT_STRUCTURES = "int[0-9]+-(?:g[0-9]+|pc)(?:-sym)?"  # quantization.STRUCTURE_PATTERN
+
+
 def one_of(names):
     """A wildcard regex matching exactly these names (never matching when there are none)."""
     return "|".join(map(re.escape, names)) or "(?!)"
@@ -109,24 +117,37 @@ def pruning_targets():
     return [(m, st, sparsity_str(s)) for m in p["methods"] for st, s in points]
 
 
-def pruned_generation_files():
-    """Evaluation logs of every pruned checkpoint on the selected items."""
+def quantization_targets():
+    """(method, grid name, sparsity str '0') of every quantized checkpoint in the grid: every
+    method x bit width on the configured grid (e.g. ('gptq', 'int4-g128', '0'))."""
+    from benchmark_illusion.quantization import Grid
+
+    q = config["quantization"]
+    return [
+        (m, str(Grid(b, q["group_size"], q["symmetric"])), "0")
+        for m in q["methods"]
+        for b in q["bits"]
+    ]
+
+
+def compressed_generation_files():
+    """Evaluation logs of every pruned and quantized checkpoint on the selected items."""
     return [
         f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
         for m in MODELS
-        for meth, st, s in pruning_targets()
+        for meth, st, s in pruning_targets() + quantization_targets()
         for d, l in dataset_langs()
     ]
 
 
 def generation_files():
     """Every evaluation log the aggregation reads."""
-    return dense_generation_files() + pruned_generation_files()
+    return dense_generation_files() + compressed_generation_files()
 
 
 def get_calibration_input(wildcards):
-    """Calibration windows for {model}; magnitude pruning needs none."""
-    if wildcards.method == "magnitude":
+    """Calibration windows for {model}; magnitude pruning and RTN need none."""
+    if wildcards.method in ("magnitude", "rtn"):
         return []
     return f"results/calibration/{wildcards.model}.safetensors"
 
@@ -164,6 +185,11 @@ def get_calibration_sources(wildcards):
 def get_prune_params(wildcards):
     """What changes one checkpoint (rule_params.prune)."""
     return rule_params.prune(config, wildcards.model, wildcards.method)
+
+
+def get_quantize_params(wildcards):
+    """What changes one quantized checkpoint besides its grid (rule_params.quantize)."""
+    return rule_params.quantize(config, wildcards.model, wildcards.method)
 
 
 def selected_files():
@@ -223,7 +249,7 @@ def aggregate_sized(key):
 
     n = (
         len(MODELS)
-        * (1 + len(pruning_targets()))
+        * (1 + len(pruning_targets()) + len(quantization_targets()))
         * len(dataset_langs())
         * config["items"]["max_per_language"]
     )

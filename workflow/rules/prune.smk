@@ -26,6 +26,9 @@ rule prune:
         "logs/prune/{model}/{method}/{structure}/{sparsity}.log",
     benchmark:
         "logs/benchmarks/prune/{model}/{method}/{structure}/{sparsity}.tsv"
+    wildcard_constraints:
+        method=PRUNE_METHODS,
+        structure=PRUNE_STRUCTURES,
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("prune", "mem_mb"),
@@ -34,6 +37,32 @@ rule prune:
         prune=get_prune_params,
     script:
         "../scripts/prune.py"
+
+
+# Quantized checkpoints share the checkpoint layout (sparsity 0, the grid as structure), so
+# `evaluate` and everything after it treat them like pruned ones.
+rule quantize:
+    input:
+        model="resources/models/{model}",
+        calibration=get_calibration_input,
+    output:
+        directory("results/checkpoints/{model}/{method}/{structure}/{sparsity}"),
+    log:
+        "logs/quantize/{model}/{method}/{structure}/{sparsity}.log",
+    benchmark:
+        "logs/benchmarks/quantize/{model}/{method}/{structure}/{sparsity}.tsv"
+    wildcard_constraints:
+        method=QUANT_METHODS,
+        structure=QUANT_STRUCTURES,
+        sparsity="0",
+    threads: 4  # capped at --cores locally; profiles may set-threads
+    resources:
+        mem_mb=sized("prune", "mem_mb"),  # the same block-by-block pass as pruning
+        runtime=sized("prune", "runtime"),
+    params:
+        quantize=get_quantize_params,
+    script:
+        "../scripts/quantize.py"
 
 
 rule evaluate:
@@ -50,8 +79,8 @@ rule evaluate:
     wildcard_constraints:
         # the dense model too (dense/none/0): the same rule, batch size, dtype and device as a
         # pruned checkpoint, so that its MC-only rate and drops are the noise floor
-        method="dense|magnitude|wanda|sparsegpt",
-        structure="none|unstructured|[0-9]+of[0-9]+",
+        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}",
+        structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("evaluate", "mem_mb"),

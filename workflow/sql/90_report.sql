@@ -20,7 +20,7 @@ any_decode AS (
     SELECT model, method, structure, sparsity, dataset, lang, rate AS recovered, false_recovery_rate
     FROM recovery WHERE decode = 'oracle'
 )
-SELECT m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang, m.n_items,
+SELECT m.model, m.method, m.structure, m.sparsity, m.bits, m.dataset, m.lang, m.n_items,
        round(a.open, 3) AS open, round(a.candidates, 3) AS candidates, round(a.mc, 3) AS mc,
        round(d.delta_pr, 3) AS delta_pr,
        printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,

@@ -1,4 +1,4 @@
-"""Prune a causal LM block by block.
+"""Prune (or quantize) a causal LM block by block.
 
 The inputs of the first decoder block are captured with a forward pre-hook (whatever
 arguments the model passes: hidden states, `position_embeddings`, masks, ...), so nothing
@@ -11,6 +11,7 @@ block boundary's calibration activations. Embeddings and `lm_head` stay dense.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -102,6 +103,48 @@ def _block_output(out):
 
 
 @torch.inference_mode()
+def compress_blockwise(
+    model: nn.Module,
+    windows: torch.Tensor | None,
+    batch_size: int,
+    statistic: type | None,
+    compress: Callable[[nn.Linear, object], dict],
+    desc: str,
+    progress: bool = True,
+) -> dict[str, dict]:
+    """Compress every Linear of every decoder block in place, block by block; return
+    {full layer name: what `compress` reported for it}.
+
+    statistic: None (no calibration data: `windows` unused), or a class built as
+      statistic(in_features, device) with .add(x) that accumulates each Linear's inputs
+      (`wanda.InputNorms`, `sparsegpt.Hessian`). Block i's statistics come from its inputs as
+      produced by the already compressed blocks 0..i-1.
+    compress(linear, its statistic or None): changes linear.weight in place, returns a dict.
+    Used by pruning (prune_model) and quantization (quantization.quantize_model).
+    """
+    layers = decoder_layers(model)
+    if statistic is not None and (windows is None or windows.numel() == 0):
+        raise ValueError(f"{desc}: needs calibration windows")
+    inputs = capture_block_inputs(model, windows, batch_size) if statistic is not None else []
+    prefix = _prefix(model, layers)
+    reports: dict[str, dict] = {}
+    bar = tqdm(total=len(layers), desc=desc, disable=not progress)
+    for i, layer in enumerate(layers):
+        linears = prunable_linears(layer)
+        stats = _collect(layer, linears, inputs, statistic) if statistic is not None else {}
+        for name, lin in linears.items():
+            reports[f"{prefix}.{i}.{name}"] = compress(lin, stats.get(name))
+        stats.clear()
+        if statistic is not None:
+            for j, (args, kwargs) in enumerate(inputs):
+                out = _block_output(layer(*args, **kwargs))
+                inputs[j] = _with_hidden(args, kwargs, out)
+        bar.update(1)
+    bar.close()
+    return reports
+
+
+@torch.inference_mode()
 def prune_model(
     model: nn.Module, windows: torch.Tensor | None, settings: PruneSettings, progress: bool = True
 ) -> dict:
@@ -110,41 +153,33 @@ def prune_model(
     windows: [n, seq_len] calibration token ids (unused by magnitude, may be None then).
     """
     t0 = time.perf_counter()
-    layers = decoder_layers(model)
     needs_data = settings.method != "magnitude" and settings.sparsity > 0
-    if needs_data and (windows is None or windows.numel() == 0):
-        raise ValueError(f"{settings.method} needs calibration windows")
-    inputs = capture_block_inputs(model, windows, settings.batch_size) if needs_data else []
-    per_layer: dict[str, dict] = {}
-    bar = tqdm(
-        total=len(layers),
-        desc=f"prune {settings.method} {settings.sparsity:g} {settings.structure}",
-        disable=not progress,
+    statistic = None
+    if needs_data:
+        statistic = InputNorms if settings.method == "wanda" else Hessian
+
+    def prune(lin: nn.Linear, stat) -> dict:
+        if settings.sparsity > 0:
+            _prune_linear(lin, stat, settings)
+        w = lin.weight
+        return {
+            "zeros": int((w == 0).sum()),
+            "numel": w.numel(),
+            "sparsity": float((w == 0).float().mean()),
+            "nm_violations": nm_violations(w, settings.structure.n, settings.structure.m)
+            if settings.structure.is_nm
+            else 0,
+        }
+
+    per_layer = compress_blockwise(
+        model,
+        windows,
+        settings.batch_size,
+        statistic,
+        prune,
+        f"prune {settings.method} {settings.sparsity:g} {settings.structure}",
+        progress,
     )
-    for i, layer in enumerate(layers):
-        linears = prunable_linears(layer)
-        stats = {}
-        if needs_data:
-            stats = _collect(layer, linears, inputs, settings.method)
-        for name, lin in linears.items():
-            full = f"{_prefix(model, layers)}.{i}.{name}"
-            if settings.sparsity > 0:
-                _prune_linear(lin, stats.get(name), settings)
-            w = lin.weight
-            per_layer[full] = {
-                "zeros": int((w == 0).sum()),
-                "numel": w.numel(),
-                "sparsity": float((w == 0).float().mean()),
-                "nm_violations": nm_violations(w, settings.structure.n, settings.structure.m)
-                if settings.structure.is_nm
-                else 0,
-            }
-        if needs_data:
-            for j, (args, kwargs) in enumerate(inputs):
-                out = _block_output(layer(*args, **kwargs))
-                inputs[j] = _with_hidden(args, kwargs, out)
-        bar.update(1)
-    bar.close()
     zeros = sum(v["zeros"] for v in per_layer.values())
     numel = sum(v["numel"] for v in per_layer.values())
     return {
@@ -167,13 +202,10 @@ def _prefix(model, layers) -> str:
     return "layers"
 
 
-def _collect(layer, linears, inputs, method) -> dict:
+def _collect(layer, linears, inputs, statistic) -> dict:
     """Run the block on every calibration batch, accumulating each Linear's input statistics."""
     device = next(layer.parameters()).device
-    stats = {
-        name: (InputNorms if method == "wanda" else Hessian)(lin.in_features, device)
-        for name, lin in linears.items()
-    }
+    stats = {name: statistic(lin.in_features, device) for name, lin in linears.items()}
     handles = [
         lin.register_forward_hook(lambda m, a, o, s=stats[name]: s.add(a[0]))
         for name, lin in linears.items()

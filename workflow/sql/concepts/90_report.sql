@@ -53,7 +53,7 @@ ORDER BY model, rank;
 -- method_peak: this checkpoint is where the concept's excess is largest among its method's
 -- checkpoints (then the smallest q, sparsity, structure): the one the concept_damage figure shows.
 CREATE OR REPLACE VIEW report_damaged_concepts AS
-SELECT model, method, structure, sparsity, concept, label, support,
+SELECT model, method, structure, sparsity, bits, concept, label, support,
        drop_open, drop_open_ci_low, drop_open_ci_high, expected_drop_open,
        excess_open, excess_open_ci_low, excess_open_ci_high, q_open,
        drop_mc, demoted_rate, erased_rate, damage,
@@ -68,7 +68,7 @@ ORDER BY model, method, structure, sparsity, rank;
 -- report_concept_damage: report_damaged_concepts as `concepts` prints it (intervals as text,
 -- values rounded); the same rank.
 CREATE OR REPLACE VIEW report_concept_damage AS
-SELECT model, method, structure, sparsity, concept, label,
+SELECT model, method, structure, sparsity, bits, concept, label,
        printf('%.2f [%.2f, %.2f]', drop_open, drop_open_ci_low, drop_open_ci_high) AS drop_open_ci,
        round(expected_drop_open, 3) AS language_drop,
        printf('%.3f [%.3f, %.3f]', excess_open, excess_open_ci_low, excess_open_ci_high) AS excess_ci,
