@@ -774,7 +774,7 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     # the support gradient covers every checkpoint x language x format (the dense row: the noise
     # floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
-        (1 + len(CHECKPOINTS)) * 2 * 4,
+        (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 2 * 4,
     )
     # the recovery table reports every decode of the smoke config plus the oracle
     decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
