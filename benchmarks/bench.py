@@ -13,6 +13,11 @@ Sections (--only a,b,...; all by default):
   prune     Wanda and SparseGPT (50% unstructured) vs llm-compressor `oneshot` on the same
             calibration windows (exchanged as a file; its own venv: it pins another
             transformers): time ratio, Wanda mask agreement, held-out perplexity of both
+  quant     RTN and GPTQ (4 and 3 bits, asymmetric groups of 64: llm-compressor needs the
+            group to divide every layer's 576 or 1536 columns) vs llm-compressor's GPTQModifier
+            on the same calibration windows: time ratio, held-out perplexity of both (theirs
+            computed by our code on the weights its fake quantization produces), the values
+            per group of theirs, and the share of weights both put on the same value
   flops     achieved forward FLOP/s of the evaluation loop as a share of this machine's fp32
             matmul FLOP/s, measured in the same run
   memory    peak RSS of evaluating the items (open, mc, candidates) against holding the model
@@ -52,7 +57,18 @@ XQUAD = ROOT.parent / "shared" / "data" / "xquad" / "xquad.{lang}.json"
 SAMPLE = ROOT / "resources" / "sample_qa" / "{lang}.json"
 TORCH = "torch==2.13.0"  # the CPU build on the project's machines; unpinned would pull CUDA
 ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"], "llmc": ["llmcompressor==0.14.0.1"]}
-SECTIONS = ("mc", "greedy", "recovery", "prune", "flops", "memory", "plan", "aggregate", "run")
+SECTIONS = (
+    "mc",
+    "greedy",
+    "recovery",
+    "prune",
+    "quant",
+    "flops",
+    "memory",
+    "plan",
+    "aggregate",
+    "run",
+)
 # the embedded `make run` before this benchmark existed (README, 2 cores): the baseline of `run`
 PREVIOUS_RUN_MINUTES = 29.0
 
@@ -503,6 +519,91 @@ def section_prune(table, model_dir, args):
             del ours, theirs
 
 
+def section_quant(table, model_dir, args):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from benchmark_illusion.calibration import make_windows
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.quantization import (
+        Grid,
+        QuantizeSettings,
+        distinct_per_group,
+        quantize_model,
+    )
+
+    py = anchor_python("llmc")
+    model, tok = load_checkpoint(model_dir)
+    docs = _passages(items_source()[0])
+    half = len(docs) // 2
+    calib = make_windows(docs[:half], tok, args.calib_windows, args.calib_len, seed=1)
+    held = make_windows(docs[half:], tok, 16, args.calib_len, seed=2)
+    table.add("quant", "dense held-out perplexity", _perplexity(model, held), None, "")
+    group = 64
+    with tempfile.TemporaryDirectory() as tmp:
+        wpath = Path(tmp) / "windows.safetensors"
+        save_file({"input_ids": calib.contiguous()}, str(wpath))
+        for bits in (4, 3):
+            grid = Grid(bits, group)
+            tag = f"{bits}-bit g{group}"
+            rtn_model, _ = load_checkpoint(model_dir)
+            t0 = time.perf_counter()
+            quantize_model(rtn_model, None, QuantizeSettings("rtn", grid), progress=False)
+            table.add("quant", f"rtn {tag} seconds", time.perf_counter() - t0, None, "s")
+            table.add("quant", f"rtn {tag} held-out perplexity", _perplexity(rtn_model, held))
+            del rtn_model
+            ours, _ = load_checkpoint(model_dir)
+            t0 = time.perf_counter()
+            quantize_model(ours, calib, QuantizeSettings("gptq", grid), progress=False)
+            our_s = time.perf_counter() - t0
+            out_w, out_json = Path(tmp) / f"llmc{bits}.safetensors", Path(tmp) / f"llmc{bits}.json"
+            env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+            subprocess.run(
+                [str(py), str(BENCH / "anchors" / "llmc_quant_worker.py"), str(model_dir)]
+                + [str(wpath), str(bits), str(group), "false", str(out_w), str(out_json)],
+                check=True,
+                env=env,
+                capture_output=True,
+            )
+            res = json.loads(out_json.read_text())
+            theirs, _ = load_checkpoint(model_dir)
+            weights = load_file(str(out_w))
+            params = dict(theirs.named_parameters())
+            with torch.no_grad():
+                for name, w in weights.items():
+                    params[name].copy_(w)
+            table.add(
+                "quant",
+                f"gptq {tag} seconds",
+                our_s,
+                res["seconds"],
+                "s",
+                f"{args.calib_windows} x {args.calib_len} calibration tokens",
+            )
+            table.add(
+                "quant",
+                f"gptq {tag} held-out perplexity",
+                _perplexity(ours, held),
+                _perplexity(theirs, held),
+                "",
+                "anchor: llm-compressor's weights",
+            )
+            ours_p = dict(ours.named_parameters())
+            same = sum(int((ours_p[n] == w).sum()) for n, w in weights.items())
+            total = sum(w.numel() for w in weights.values())
+            most = max(int(distinct_per_group(w, grid).max()) for w in weights.values())
+            table.add(
+                "quant",
+                f"gptq {tag} same value as llm-compressor",
+                same / total,
+                1.0,
+                "share",
+                f"{len(weights)} Linears; at most {most} values per group in theirs "
+                f"(grid: {2**bits})",
+            )
+            del ours, theirs
+
+
 def section_plan(table, args):
     snakemake = str(Path(sys.executable).parent / "snakemake")
     with tempfile.TemporaryDirectory() as tmp:
@@ -590,7 +691,7 @@ def main() -> None:
     import torch
     from realism_xquad import items_for
 
-    needs_model = set(only) & {"mc", "greedy", "recovery", "prune", "flops", "memory"}
+    needs_model = set(only) & {"mc", "greedy", "recovery", "prune", "quant", "flops", "memory"}
     model, tok = bundled() if needs_model else (None, None)
     model_dir = BENCH / ".models" / "smollm2-135m"
     src, label = items_source()
@@ -611,6 +712,8 @@ def main() -> None:
             section_recovery(table, model, tok, items, args)
         elif name == "prune":
             section_prune(table, model_dir, args)
+        elif name == "quant":
+            section_quant(table, model_dir, args)
         elif name == "flops":
             section_flops(table, model, tok, items, args)
         elif name == "memory":

@@ -54,8 +54,9 @@ PAPER_MODELS = {
     "mistral-7b-instruct-v0.3": Shape(7.25, 32, 8, 128),
     "phi-3-mini-4k-instruct": Shape(3.82, 32, 32, 96),
 }
-# config/paper.yaml: 21 languages, pool of 600 per language, up to 200 selected, 19 checkpoints
-LANGUAGES, POOL, SELECTED, CHECKPOINTS = 21, 600, 200, 19
+# config/paper.yaml: 21 languages, pool of 600 per language, up to 200 selected, 25 checkpoints
+# (dense; magnitude, Wanda, SparseGPT at 5 sparsities and 2:4; RTN and GPTQ at 8, 4, 3 bits)
+LANGUAGES, POOL, SELECTED, CHECKPOINTS = 21, 600, 200, 25
 BATCH, DECODE_ROWS, BEAMS, SAMPLES, SLACK = 32, 64, 5, 10, 1.25
 
 
