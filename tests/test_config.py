@@ -748,6 +748,7 @@ SETTINGS_IN_SCHEMA = [
             "blocksize": "quantization.gptq.blocksize",
             "percdamp": "quantization.gptq.percdamp",
             "act_order": "quantization.gptq.act_order",
+            "static_groups": "quantization.gptq.static_groups",
         },
     ),
     (

@@ -118,6 +118,31 @@ def test_quantize_settings_refuse_bad_values():
         QuantizeSettings("gptq", percdamp=0.0)
 
 
+def test_static_groups_keep_the_grids_of_the_original_weights():
+    """With static groups every group's values are levels of the grid RTN computes from the
+    original weights; without, the grid of a later group follows the updated weights."""
+    from benchmark_illusion.quantization import grid_params
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(16, 96, generator=g)
+    x = torch.randn(300, 96, generator=g) @ torch.randn(96, 96, generator=g)  # correlated inputs
+    h = Hessian(96, "cpu")
+    h.add(x)
+    grid = Grid(bits=3, group_size=32)
+
+    def on_original_grids(q):
+        for c0 in range(0, 96, 32):
+            scale, zero = grid_params(w[:, c0 : c0 + 32], grid)
+            k = q[:, c0 : c0 + 32] / scale + zero
+            if not torch.allclose(k, k.round(), atol=1e-4) or k.min() < -1e-4 or k.max() > 7.0001:
+                return False
+        return True
+
+    assert on_original_grids(gptq(w, h.value, grid, static_groups=True))
+    assert on_original_grids(gptq(w, h.value, grid, act_order=True))
+    assert not on_original_grids(gptq(w, h.value, grid))
+
+
 def test_gptq_with_an_identity_hessian_is_rtn():
     """No correlation between inputs: nothing to compensate, GPTQ rounds like RTN."""
     g = torch.Generator().manual_seed(0)

@@ -436,6 +436,7 @@ def quantize_settings(params: dict, method: str, structure: str) -> quant.Quanti
             blocksize=g["blocksize"],
             percdamp=g["percdamp"],
             act_order=g["act_order"],
+            static_groups=g["static_groups"],
         )
     return quant.QuantizeSettings(method, quant.parse_structure(structure), **kwargs)
 

@@ -13,8 +13,9 @@ the calibration inputs (H = 2 X X^T / n, the SparseGPT machinery: `sparsegpt.Hes
 `sparsegpt.inverse_hessian_factor`), in blocks of `blocksize` columns with lazy updates of the
 rest. A group's grid is fixed when its first column is reached, from the weights as updated so
 far; with `act_order` the columns go in order of decreasing H_jj and every group's grid is fixed
-up front from the original weights (static groups), so the groups stay the original column
-ranges either way and `distinct_per_group` can check every one.
+up front from the original weights (static groups; `static_groups` alone does only that, which
+is what llm-compressor does), so the groups stay the original column ranges either way and
+`distinct_per_group` can check every one.
 
 `quantize_model` applies either to every Linear of the decoder blocks, block by block
 (`pruning.layerwise.compress_blockwise`, the walker pruning uses: GPTQ's Hessians of block i
@@ -125,9 +126,13 @@ def gptq(
     blocksize: int = 128,
     percdamp: float = 0.01,
     act_order: bool = False,
+    static_groups: bool = False,
 ) -> torch.Tensor:
     """GPTQ of one Linear weight [out, in] given the Hessian h [in, in] of its inputs; returns the
-    dequantized weight in weight's dtype."""
+    dequantized weight in weight's dtype.
+
+    static_groups: fix every group's grid up front from the original weights (as act_order
+    does, and as llm-compressor does) instead of when the group's first column is reached."""
     w = weight.detach().float().clone()
     rows, cols = w.shape
     g = grid.width(cols)
@@ -145,9 +150,10 @@ def gptq(
         fixed[c0 : c0 + g] = [True] * len(fixed[c0 : c0 + g])
 
     order = torch.arange(cols, device=w.device)
-    if act_order:
+    if act_order or static_groups:
         for c0 in range(0, cols, g):
             fix(c0, w[:, c0 : c0 + g])
+    if act_order:
         order = torch.argsort(torch.diagonal(h.float()), descending=True, stable=True)
         hp = h.float()[order][:, order]
         u, _ = inverse_hessian_factor(hp, percdamp)
@@ -204,6 +210,7 @@ class QuantizeSettings:
     blocksize: int = 128
     percdamp: float = 0.01
     act_order: bool = False
+    static_groups: bool = False
 
     def __post_init__(self):
         if self.method not in METHODS:
@@ -239,7 +246,13 @@ def quantize_model(
             new = rtn(w, grid)
         else:
             new = gptq(
-                w, stat.value, grid, settings.blocksize, settings.percdamp, settings.act_order
+                w,
+                stat.value,
+                grid,
+                settings.blocksize,
+                settings.percdamp,
+                settings.act_order,
+                settings.static_groups,
             )
         change = float((new.float() - w.float()).norm() / w.float().norm().clamp_min(1e-12))
         w.copy_(new)
@@ -270,6 +283,7 @@ def quantize_model(
         "group_size": grid.group_size,
         "symmetric": grid.symmetric,
         "act_order": settings.act_order if settings.method == "gptq" else None,
+        "static_groups": settings.static_groups if settings.method == "gptq" else None,
         "levels": 2**grid.bits,
         "quantized_parameters": total("numel"),
         "groups": total("groups"),
