@@ -17,7 +17,8 @@ Sections (--only a,b,...; all by default):
             group to divide every layer's 576 or 1536 columns) vs llm-compressor's GPTQModifier
             on the same calibration windows: time ratio, held-out perplexity of both (theirs
             computed by our code on the weights its fake quantization produces), the values
-            per group of theirs, and the share of weights both put on the same value
+            per group of theirs, and the share of weights both put on the same value; the
+            same for ours with gptq static_groups (llm-compressor's way of fixing the grids)
   flops     achieved forward FLOP/s of the evaluation loop as a share of this machine's fp32
             matmul FLOP/s, measured in the same run
   memory    peak RSS of evaluating the items (open, mc, candidates) against holding the model
