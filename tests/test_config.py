@@ -109,6 +109,30 @@ BAD = [
         "maximum",
     ),
     (
+        "quantization-batch-0",
+        _set("quantization", "batch_size", 0),
+        "quantization.batch_size",
+        "minimum",
+    ),
+    (
+        "quantization-blocksize-0",
+        _set("quantization", "gptq", {"blocksize": 0}),
+        "quantization.gptq.blocksize",
+        "minimum",
+    ),
+    (
+        "quantization-act-order-string",
+        _set("quantization", "gptq", {"act_order": "yes"}),
+        "quantization.gptq.act_order",
+        "boolean",
+    ),
+    (
+        "quantization-static-groups-number",
+        _set("quantization", "gptq", {"static_groups": 1}),
+        "quantization.gptq.static_groups",
+        "boolean",
+    ),
+    (
         "quantization-unknown-gptq-key",
         _set("quantization", "gptq", {"true_sequential": True}),
         "quantization.gptq.true_sequential",
