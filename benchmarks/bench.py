@@ -425,10 +425,23 @@ def _first_diff(a: dict, b: dict) -> int | None:
     return blocks[0] if blocks else None
 
 
+def _calibration_split(model_dir, args):
+    """(dense model, tokenizer, calibration windows, held-out windows): calibration from the
+    first half of the items' passages, held-out perplexity windows from the other half."""
+    from benchmark_illusion.calibration import make_windows
+    from benchmark_illusion.models import load_checkpoint
+
+    model, tok = load_checkpoint(model_dir)
+    docs = _passages(items_source()[0])
+    half = len(docs) // 2
+    calib = make_windows(docs[:half], tok, args.calib_windows, args.calib_len, seed=1)
+    held = make_windows(docs[half:], tok, 16, args.calib_len, seed=2)
+    return model, tok, calib, held
+
+
 def section_prune(table, model_dir, args):
     from safetensors.torch import save_file
 
-    from benchmark_illusion.calibration import make_windows
     from benchmark_illusion.models import load_checkpoint
     from benchmark_illusion.pruning.layerwise import (
         PruneSettings,
@@ -438,11 +451,7 @@ def section_prune(table, model_dir, args):
     )
 
     py = anchor_python("llmc")
-    model, tok = load_checkpoint(model_dir)
-    docs = _passages(items_source()[0])
-    half = len(docs) // 2
-    calib = make_windows(docs[:half], tok, args.calib_windows, args.calib_len, seed=1)
-    held = make_windows(docs[half:], tok, 16, args.calib_len, seed=2)
+    model, tok, calib, held = _calibration_split(model_dir, args)
     table.add("prune", "dense held-out perplexity", _perplexity(model, held), None, "")
 
     def masks(m):
@@ -524,7 +533,6 @@ def section_quant(table, model_dir, args):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from benchmark_illusion.calibration import make_windows
     from benchmark_illusion.models import load_checkpoint
     from benchmark_illusion.quantization import (
         Grid,
@@ -534,11 +542,7 @@ def section_quant(table, model_dir, args):
     )
 
     py = anchor_python("llmc")
-    model, tok = load_checkpoint(model_dir)
-    docs = _passages(items_source()[0])
-    half = len(docs) // 2
-    calib = make_windows(docs[:half], tok, args.calib_windows, args.calib_len, seed=1)
-    held = make_windows(docs[half:], tok, 16, args.calib_len, seed=2)
+    model, tok, calib, held = _calibration_split(model_dir, args)
     table.add("quant", "dense held-out perplexity", _perplexity(model, held), None, "")
     group = 64
     with tempfile.TemporaryDirectory() as tmp:

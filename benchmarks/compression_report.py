@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 
 import duckdb
+from controls_report import markdown
 
 ORDER = "c.family <> 'dense', c.weight_bits DESC, c.family, m.method, m.structure"
 
@@ -60,15 +61,6 @@ TABLES = {
         WHERE m.lang <> 'all'
         ORDER BY {ORDER}, m.lang""",
 }
-
-
-def markdown(con, sql: str) -> str:
-    df = con.sql(sql).pl()
-    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
-    for row in df.iter_rows():
-        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main() -> None:

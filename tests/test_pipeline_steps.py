@@ -142,9 +142,8 @@ def test_evaluation_reads_only_its_params_and_hashes_them(config, tiny_dir, item
     assert pipeline.eval_config_hash(changed) != full["config_hash"][0]
 
 
-def test_calibration_and_every_pruning_method_read_only_their_params(
-    config, tiny_dir, item_file, tmp_path
-):
+def calibration_windows(config, tiny_dir, item_file, tmp_path):
+    """The calibration_data step on its strict params: the windows file of the tiny model."""
     windows = tmp_path / "calibration.safetensors"
     pipeline.calibration_file(
         Strict(rule_params.calibration(config)),
@@ -154,6 +153,13 @@ def test_calibration_and_every_pruning_method_read_only_their_params(
         item_files=[item_file],
         selected_files=[],
     )
+    return windows
+
+
+def test_calibration_and_every_pruning_method_read_only_their_params(
+    config, tiny_dir, item_file, tmp_path
+):
+    windows = calibration_windows(config, tiny_dir, item_file, tmp_path)
     assert load_file(str(windows))["input_ids"].shape == (2, 16)
     for method in config["pruning"]["methods"]:
         report = pipeline.prune_file(
@@ -177,15 +183,7 @@ def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bi
     from benchmark_illusion.models import load_checkpoint
     from benchmark_illusion.quantization import distinct_per_group, parse_structure
 
-    windows = tmp_path / "calibration.safetensors"
-    pipeline.calibration_file(
-        Strict(rule_params.calibration(config)),
-        config["seed"],
-        tiny_dir,
-        windows,
-        item_files=[item_file],
-        selected_files=[],
-    )
+    windows = calibration_windows(config, tiny_dir, item_file, tmp_path)
     dense, _ = load_checkpoint(tiny_dir)
     for method in config["quantization"]["methods"]:
         out = tmp_path / method / "int3-g32"

@@ -349,6 +349,35 @@ def calibration_file(
     return meta
 
 
+def _load_for_compression(model_dir, calibration, dtype, device, trust_remote_code, threads):
+    """(model, tokenizer, calibration windows or None, device) for a prune or quantize step."""
+    if threads:
+        torch.set_num_threads(threads)
+    device = resolve_device(device)
+    net, tok = load_checkpoint(model_dir, dtype, device, trust_remote_code)
+    log.info("loaded %s on %s", model_dir, device)
+    windows = load_file(str(calibration))["input_ids"] if calibration else None
+    return net, tok, windows, device
+
+
+def _write_checkpoint(out, net, tok, model_dir, report_name: str, report: dict, **provenance):
+    """Write a compressed checkpoint atomically: weights (safetensors), tokenizer, the step's
+    report as `report_name`, and the dense model's provenance.json updated with `provenance`
+    and the new weights' sha256."""
+    with atomic_path(out) as tmp:
+        net.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        write_json(report, Path(tmp) / report_name)
+        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
+        prov.update(
+            **provenance,
+            weights_sha256={
+                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
+            },
+        )
+        write_json(prov, Path(tmp) / "provenance.json")
+
+
 def prune_settings(params: dict, method: str, structure: str, sparsity: float):
     """PruneSettings for one grid point from the prune rule's params (params.prune: the batch
     size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
@@ -385,30 +414,24 @@ def prune_file(
     dense model is loaded.
     """
     settings = prune_settings(params, method, structure, sparsity)  # fails before any work
-    if threads:
-        torch.set_num_threads(threads)
-    device = resolve_device(device)
-    net, tok = load_checkpoint(model_dir, params["dtype"], device, trust_remote_code)
-    log.info("loaded %s on %s", model_dir, device)
-    windows = load_file(str(calibration))["input_ids"] if calibration else None
+    net, tok, windows, device = _load_for_compression(
+        model_dir, calibration, params["dtype"], device, trust_remote_code, threads
+    )
     report = prune_model(net, windows, settings)
     report["model"] = model
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     report["tolerance"] = params["tolerance"]
     check_report(report, params["tolerance"])
-    with atomic_path(out) as tmp:
-        net.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        write_json(report, Path(tmp) / "sparsity.json")
-        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
-        prov.update(
-            pruned_from=str(model_dir),
-            pruning={k: report[k] for k in ("method", "structure", "target_sparsity")},
-            weights_sha256={
-                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
-            },
-        )
-        write_json(prov, Path(tmp) / "provenance.json")
+    _write_checkpoint(
+        out,
+        net,
+        tok,
+        model_dir,
+        "sparsity.json",
+        report,
+        pruned_from=str(model_dir),
+        pruning={k: report[k] for k in ("method", "structure", "target_sparsity")},
+    )
     log.info(
         "pruned %s %s %s %g: measured sparsity %.5f in %.1fs",
         model,
@@ -462,32 +485,26 @@ def quantize_file(
     settings = quantize_settings(params, method, structure)  # fails before any work
     if method == "gptq" and not calibration:
         raise ValueError("gptq needs calibration windows (the calibration_data rule's output)")
-    if threads:
-        torch.set_num_threads(threads)
-    device = resolve_device(device)
-    net, tok = load_checkpoint(model_dir, params["dtype"], device, trust_remote_code)
-    log.info("loaded %s on %s", model_dir, device)
-    windows = load_file(str(calibration))["input_ids"] if calibration else None
+    net, tok, windows, device = _load_for_compression(
+        model_dir, calibration, params["dtype"], device, trust_remote_code, threads
+    )
     report = quant.quantize_model(net, windows, settings)
     report["model"] = model
     report["dtype"] = params["dtype"]
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     quant.check_report(report)
-    with atomic_path(out) as tmp:
-        net.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        write_json(report, Path(tmp) / "quantization.json")
-        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
-        prov.update(
-            quantized_from=str(model_dir),
-            quantization={
-                k: report[k] for k in ("method", "structure", "bits", "group_size", "symmetric")
-            },
-            weights_sha256={
-                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
-            },
-        )
-        write_json(prov, Path(tmp) / "provenance.json")
+    _write_checkpoint(
+        out,
+        net,
+        tok,
+        model_dir,
+        "quantization.json",
+        report,
+        quantized_from=str(model_dir),
+        quantization={
+            k: report[k] for k in ("method", "structure", "bits", "group_size", "symmetric")
+        },
+    )
     log.info(
         "quantized %s %s %s: %d groups, at most %d distinct values per group (grid: %d) in %.1fs",
         model,
