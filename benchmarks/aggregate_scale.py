@@ -180,12 +180,15 @@ def run_one(scale: str, replicates: int) -> dict:
 
         con = duckdb.connect(str(out / "illusion.duckdb"), read_only=True)
         n_rows = con.execute("SELECT count(*) FROM generations").fetchone()[0]
-        n_weights = con.execute("SELECT count(*) FROM bootstrap_weights").fetchone()[0]
+        # bootstrap_weights is a view that recomputes the draws: count them from their sizes
+        n_weights = con.execute(
+            "SELECT sum(n * replicates)::BIGINT FROM bootstrap_benchmarks"
+        ).fetchone()[0]
         con.close()
     return dict(
         scale=scale,
         log_rows=n_rows,
-        weight_rows=n_weights,
+        draws=n_weights,
         synth_s=t_syn,
         seconds=seconds,
         db_mib=size,
@@ -217,14 +220,14 @@ def main() -> None:
     base = results[0]
     print(f"bootstrap replicates: {args.replicates}\n")
     print(
-        "| scale | models x checkpoints x benchmarks x items | log rows | resample rows "
+        "| scale | models x checkpoints x benchmarks x items | log rows | bootstrap draws "
         "| aggregate s | x base | peak RSS GiB | x base | DuckDB MiB |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in results:
         shape = " x ".join(map(str, SCALES[r["scale"]]))
         print(
-            f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['weight_rows']:,} "
+            f"| {r['scale']} | {shape} | {r['log_rows']:,} | {r['draws']:,} "
             f"| {r['seconds']:.1f} | {r['seconds'] / base['seconds']:.1f} "
             f"| {r['peak_rss_gib']:.2f} | {r['peak_rss_gib'] / base['peak_rss_gib']:.1f} "
             f"| {r['db_mib']:.0f} |"

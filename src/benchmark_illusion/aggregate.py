@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from . import bootstrap
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -107,14 +108,26 @@ class MetricSettings:
     ci_level: float = 0.95
 
 
+# Steps in Python between the SQL files: each runs just before the file it is named after, with
+# the files' variables, and makes tables that file reads. The rates' bootstrap intervals are
+# matrix products there; as a SQL join they grew as checkpoints x items x metrics x replicates.
+PYTHON_STEPS = {"25_rates.sql": bootstrap.create_rate_intervals}
+
+
 def run_sql(
     con: duckdb.DuckDBPyConnection, sql_files: list[str], variables: dict[str, int | float]
 ) -> None:
     """Set the DuckDB variables the files read with getvariable(), then run each file in name
-    order (each defines its tables with CREATE OR REPLACE)."""
+    order (each defines its tables with CREATE OR REPLACE), with the PYTHON_STEPS among them."""
     for name, value in variables.items():
         con.execute(f"SET VARIABLE {name} = {value!r}")
     for f in sorted(sql_files, key=lambda p: Path(p).name):
+        step = PYTHON_STEPS.get(Path(f).name)
+        if step is not None:
+            t0 = time.perf_counter()
+            step(con, variables)
+            name = f"{step.__module__}.{step.__name__}"
+            log.info("ran %s in %.1f s", name, time.perf_counter() - t0)
         t0 = time.perf_counter()
         con.execute(Path(f).read_text())
         log.info("ran %s in %.1f s", f, time.perf_counter() - t0)
@@ -216,7 +229,8 @@ def build_database(
             create_views(con, generations, selected, pool, item_reports)
             run_metric_sql(con, sql_files, settings)
             for (name,) in con.execute(
-                "SELECT table_name FROM information_schema.tables ORDER BY 1"
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_type = 'BASE TABLE' ORDER BY 1"
             ).fetchall():
                 n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
                 log.info("%s: %d rows", name, n)

@@ -22,6 +22,7 @@ import numpy as np
 import polars as pl
 
 from .aggregate import add_bits_columns, run_sql, split_report_files
+from .bootstrap import row_quantiles
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -180,29 +181,6 @@ def bh_qvalues(p) -> np.ndarray:
     return q
 
 
-def _row_quantiles(x: np.ndarray, probs: tuple[float, ...]) -> list[np.ndarray]:
-    """Per row, the linearly interpolated quantiles of its finite values (DuckDB's quantile_cont,
-    as the metric tables' intervals); NaN for a row without any."""
-    out = [np.full(x.shape[0], np.nan) for _ in probs]
-    finite = np.isfinite(x)
-    full = finite.all(axis=1)
-    if full.any():  # the common case: numpy's partition-based quantile
-        for o, v in zip(out, np.quantile(x[full], probs, axis=1), strict=True):
-            o[full] = v
-    rest = np.nonzero(~full)[0]
-    if len(rest):
-        s = np.sort(x[rest], axis=1)  # NaN sorts last
-        n = finite[rest].sum(axis=1)
-        rows = np.arange(len(rest))
-        for o, q in zip(out, probs, strict=True):
-            h = np.maximum(n - 1, 0) * q
-            lo = np.floor(h).astype(np.int64)
-            hi = np.minimum(lo + 1, np.maximum(n - 1, 0))
-            v = s[rows, lo] + (h - lo) * (s[rows, hi] - s[rows, lo])
-            o[rest] = np.where(n > 0, v, np.nan)
-    return out
-
-
 def _permutation_ranks(
     con: duckdb.DuckDBPyConnection,
     model: str,
@@ -320,8 +298,8 @@ def _test_group(bench: dict, drops: dict, n_concepts: int, settings: GapSettings
     block = max(1, _BLOCK_VALUES // max(n_perm, replicates, 1))
 
     def record(key, rows, support, n_bench, obs, expected, perm, boot, exc):
-        ci_low, ci_high = _row_quantiles(boot, (lo_q, hi_q))
-        exc_low, exc_high = _row_quantiles(exc, (lo_q, hi_q))
+        ci_low, ci_high = row_quantiles(boot, (lo_q, hi_q))
+        exc_low, exc_high = row_quantiles(exc, (lo_q, hi_q))
         out[key].append(
             {
                 "concept": rows,

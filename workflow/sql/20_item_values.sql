@@ -1,6 +1,8 @@
--- Every rate the pipeline reports, with a seeded percentile-bootstrap interval over items.
--- Definitions: docs/metrics.md. Variables set by the aggregation (config `metrics`):
---   bootstrap_seed, bootstrap_replicates, ci_level.
+-- The per-item values of every rate the pipeline reports, and the units of its bootstrap.
+-- Definitions: docs/metrics.md. The rates and their seeded percentile-bootstrap intervals over
+-- items follow in 25_rates.sql; between the two files the aggregation draws the resamples
+-- (bootstrap_weights) and computes the intervals (rate_intervals) in numpy
+-- (benchmark_illusion.bootstrap, aggregate.PYTHON_STEPS).
 --
 -- The resampling unit is the item. One resample of a benchmark (model x dataset x language) is
 -- shared by every checkpoint, format and metric, so differences between checkpoints (drop vs
@@ -19,25 +21,41 @@ FROM (
     SELECT DISTINCT 'pool' AS population, model, dataset, lang, item_id FROM pool
 );
 
--- bootstrap_weights: w = how often the item was drawn in replicate b (0..B-1); items never drawn
--- have no row. Draw j of replicate b is item md5('seed|population|model|dataset|lang|b|j') mod n:
--- the same seed gives the same resamples, independently of row order, thread count and DuckDB
--- version (md5 is fixed; DuckDB's hash() is neither documented as stable nor well mixed in its
--- low bits: its draws modulo an even n were exactly balanced between even and odd items).
-CREATE OR REPLACE TABLE bootstrap_weights AS
-WITH bench AS (
-    SELECT DISTINCT population, model, dataset, lang, n FROM bootstrap_units
-),
-reps AS (
-    SELECT bench.*, r.b FROM bench, range(getvariable('bootstrap_replicates')::BIGINT) AS r(b)
-),
-draws AS (
-    SELECT population, model, dataset, lang, b, n, unnest(range(n::BIGINT)) AS j FROM reps
+-- bootstrap_benchmarks: one row per resampled benchmark (population x model x dataset x lang):
+-- its n items, the number of replicates, and the 64-bit key of its draws, the first 8 bytes
+-- (big-endian) of md5('seed|population|model|dataset|lang').
+CREATE OR REPLACE TABLE bootstrap_benchmarks AS
+SELECT DISTINCT population, model, dataset, lang, n::BIGINT AS n,
+       getvariable('bootstrap_replicates')::BIGINT AS replicates,
+       ('0x' || left(md5(concat_ws('|', getvariable('bootstrap_seed'), population, model, dataset, lang)), 16))::UBIGINT AS key
+FROM bootstrap_units
+ORDER BY ALL;
+
+-- bootstrap_draw(key, c, n): draw j of replicate b of a benchmark is item bootstrap_draw(key,
+-- b * n + j + 1, n) = splitmix64(key + c * 0x9E3779B97F4A7C15) mod n, in unsigned 64-bit
+-- arithmetic (products are taken exactly in 128 bits, then mod 2^64). Integer arithmetic with a
+-- key fixed by the seed: the same seed gives the same resamples on any machine, in any row
+-- order, with any DuckDB version (DuckDB's hash() is neither documented as stable nor well
+-- mixed in its low bits: its draws modulo an even n were exactly balanced between even and odd
+-- items). The aggregation's bootstrap step (benchmark_illusion.bootstrap) reads its draws here.
+CREATE OR REPLACE MACRO _bootstrap_u64(x) AS (x & 18446744073709551615::UHUGEINT)::UBIGINT;
+CREATE OR REPLACE MACRO _bootstrap_mix(z, s, m) AS _bootstrap_u64(xor(z, z >> s)::UHUGEINT * m::UHUGEINT);
+CREATE OR REPLACE MACRO _bootstrap_final(z) AS xor(z, z >> 31);
+CREATE OR REPLACE MACRO bootstrap_draw(key, c, n) AS
+    _bootstrap_final(_bootstrap_mix(_bootstrap_mix(
+        _bootstrap_u64(key::UHUGEINT + c::UHUGEINT * 11400714819323198485::UHUGEINT),
+        30, 13787848793156543929), 27, 10723151780598845931)) % n;
+
+-- bootstrap_weights: w = how often the item was drawn in replicate b (0..replicates-1); items
+-- never drawn have no row. A view: the draws are recomputed from bootstrap_benchmarks when read.
+CREATE OR REPLACE VIEW bootstrap_weights AS
+WITH draws AS (
+    SELECT population, model, dataset, lang, n, key, unnest(range(replicates * n)) AS c
+    FROM bootstrap_benchmarks
 ),
 counts AS (
-    SELECT population, model, dataset, lang, b,
-           (md5_number(concat_ws('|', getvariable('bootstrap_seed'), population, model, dataset, lang, b, j)) % n)::UBIGINT AS idx,
-           count(*) AS w
+    SELECT population, model, dataset, lang, (c // n)::BIGINT AS b,
+           bootstrap_draw(key, c + 1, n)::UBIGINT AS idx, count(*) AS w
     FROM draws
     GROUP BY ALL
 )
@@ -47,8 +65,9 @@ JOIN bootstrap_units u USING (population, model, dataset, lang, idx);
 
 -- item_values: one row per checkpoint x item x metric; a rate is the mean of `value` over the
 -- items that have a row (NULLs are dropped by UNPIVOT: an item outside a metric's denominator,
--- or a format or decode that did not run, has no row).
-CREATE OR REPLACE TABLE item_values AS
+-- or a format or decode that did not run, has no row). A view: on the paper grid it has tens
+-- of millions of rows, cheaper to recompute from item_outcomes when read than to store.
+CREATE OR REPLACE VIEW item_values AS
 WITH selected_values AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
            -- accuracy per format
@@ -118,8 +137,19 @@ WITH selected_values AS (
            CASE WHEN mc_only THEN (gold_rank <= 10)::DOUBLE END      AS top10_mc_only,
            CASE WHEN open_correct THEN (gold_rank <= 1)::DOUBLE END  AS top1_open_correct,
            CASE WHEN open_correct THEN (gold_rank <= 5)::DOUBLE END  AS top5_open_correct,
-           CASE WHEN open_correct THEN (gold_rank <= 10)::DOUBLE END AS top10_open_correct
+           CASE WHEN open_correct THEN (gold_rank <= 10)::DOUBLE END AS top10_open_correct,
+           -- mc and candidates accuracy split by whether every distractor of the item occurs in
+           -- its passage (accuracy_by_distractor_source; unknown: item files written before the
+           -- column existed)
+           CASE WHEN s.distractors_in_passage THEN mc_correct::DOUBLE END                AS dsrc_mc_in_passage,
+           CASE WHEN NOT s.distractors_in_passage THEN mc_correct::DOUBLE END            AS dsrc_mc_not_in_passage,
+           CASE WHEN s.distractors_in_passage IS NULL THEN mc_correct::DOUBLE END        AS dsrc_mc_unknown,
+           CASE WHEN s.distractors_in_passage THEN candidates_correct::DOUBLE END         AS dsrc_candidates_in_passage,
+           CASE WHEN NOT s.distractors_in_passage THEN candidates_correct::DOUBLE END     AS dsrc_candidates_not_in_passage,
+           CASE WHEN s.distractors_in_passage IS NULL THEN candidates_correct::DOUBLE END AS dsrc_candidates_unknown
     FROM item_outcomes
+    LEFT JOIN (SELECT model, dataset, lang, item_id, distractors_in_passage FROM selected_items) s
+        USING (model, dataset, lang, item_id)
 ),
 pool_values AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
@@ -145,58 +175,9 @@ UNPIVOT (value FOR metric IN (
     oacc_greedy, oacc_beam_top, oacc_beam_any, oacc_sample_pass, oacc_sample_majority, oacc_oneshot, oacc_oracle,
     odrop_greedy, odrop_beam_top, odrop_beam_any, odrop_sample_pass, odrop_sample_majority, odrop_oneshot, odrop_oracle,
     demoted, erased,
-    top1_mc_only, top5_mc_only, top10_mc_only, top1_open_correct, top5_open_correct, top10_open_correct))
+    top1_mc_only, top5_mc_only, top10_mc_only, top1_open_correct, top5_open_correct, top10_open_correct,
+    dsrc_mc_in_passage, dsrc_mc_not_in_passage, dsrc_mc_unknown,
+    dsrc_candidates_in_passage, dsrc_candidates_not_in_passage, dsrc_candidates_unknown))
 UNION ALL BY NAME
 SELECT 'pool' AS population, * FROM pool_values
 UNPIVOT (value FOR metric IN (top1_dense_failed, top5_dense_failed, top10_dense_failed));
-
--- rates: one row per checkpoint x benchmark x metric, and per checkpoint x metric pooled over
--- benchmarks (dataset = 'all', lang = 'all'). value = mean over the items in the metric's
--- denominator (n_items); ci_low, ci_high = percentiles (1 -/+ ci_level) / 2 of the replicate
--- values; replicates that drew no item of the denominator are skipped (n_boot counts the rest).
-CREATE OR REPLACE TABLE rates AS
-WITH point AS (
-    SELECT population, model, method, structure, sparsity,
-           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, metric,
-           count(*) AS n_items, sum(value) AS total, avg(value) AS value
-    FROM item_values
-    GROUP BY GROUPING SETS ((population, model, method, structure, sparsity, dataset, lang, metric),
-                            (population, model, method, structure, sparsity, metric))
-),
-per_benchmark AS (
-    SELECT v.population, v.model, v.method, v.structure, v.sparsity, v.dataset, v.lang, v.metric, w.b,
-           sum(w.w * v.value) AS s, sum(w.w) AS n
-    FROM item_values v
-    JOIN bootstrap_weights w USING (population, model, dataset, lang, item_id)
-    GROUP BY ALL
-),
-replicates AS (
-    SELECT population, model, method, structure, sparsity,
-           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, metric, b,
-           sum(s) / sum(n) AS value
-    FROM per_benchmark
-    GROUP BY GROUPING SETS ((population, model, method, structure, sparsity, dataset, lang, metric, b),
-                            (population, model, method, structure, sparsity, metric, b))
-),
-intervals AS (
-    SELECT population, model, method, structure, sparsity, dataset, lang, metric,
-           count(*) AS n_boot,
-           quantile_cont(value, (1 - getvariable('ci_level')) / 2) AS ci_low,
-           quantile_cont(value, (1 + getvariable('ci_level')) / 2) AS ci_high
-    FROM replicates
-    GROUP BY ALL
-)
-SELECT p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.metric, p.population,
-       p.n_items, p.total, p.value, i.ci_low, i.ci_high, coalesce(i.n_boot, 0) AS n_boot
-FROM point p
-LEFT JOIN intervals i USING (population, model, method, structure, sparsity, dataset, lang, metric)
-ORDER BY p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.metric;
-
--- rate_of(m, pop): the rows of `rates` for one metric m in one population pop ('selected' or
--- 'pool'), every column of `rates`. The metric tables below take their values and intervals from
--- it, joined by checkpoint and benchmark. m and pop may be expressions of the row it is joined to
--- (DuckDB then joins it laterally: one metric per row), e.g.
---   LEFT JOIN rate_of('acc_' || a.format, 'selected') r
---     ON (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (a.model, a.method, ...)
-CREATE OR REPLACE MACRO rate_of(m, pop) AS TABLE
-SELECT * FROM rates WHERE metric = m AND population = pop;

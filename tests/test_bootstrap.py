@@ -1,0 +1,162 @@
+"""The resamples (splitmix64 draws under an md5 key) and the rates' intervals as matrix
+products, against a pure-Python reference and against the SQL join they replaced."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+
+from benchmark_illusion.aggregate import MetricSettings
+from benchmark_illusion.bootstrap import benchmark_counts, row_quantiles
+from test_sql import build, row
+
+MASK = 2**64 - 1
+
+
+def reference_draw(seed, population, model, dataset, lang, b, j, n):
+    """Draw j of replicate b, from the definition in docs/metrics.md, with Python integers."""
+    key = int.from_bytes(
+        hashlib.md5(f"{seed}|{population}|{model}|{dataset}|{lang}".encode()).digest()[:8], "big"
+    )
+    z = (key + (b * n + j + 1) * 0x9E3779B97F4A7C15) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return (z ^ (z >> 31)) % n
+
+
+def _units_db(tmp_path, sizes: dict, replicates: int, seed: int = 1234):
+    """A database with one benchmark per language of the given sizes (every item right)."""
+    rows, selected = [], {}
+    for lang, n in sizes.items():
+        ids = [f"{lang}{i:04d}" for i in range(n)]
+        selected[lang] = ids
+        for i in ids:
+            rows += [
+                row("dense", i, "open", True, lang=lang),
+                row("dense", i, "mc", True, lang=lang),
+            ]
+    return build(tmp_path, rows, selected, seed=seed, bootstrap_replicates=replicates)
+
+
+def test_draws_follow_the_documented_definition(tmp_path):
+    """The view bootstrap_weights (SQL) and the numpy draws of the intervals against Python
+    integers, draw by draw."""
+    n, reps = 37, 5
+    con = _units_db(tmp_path, {"th": n}, reps)
+    want = np.zeros((reps, n), dtype=np.int64)
+    for b in range(reps):
+        for j in range(n):
+            want[b, reference_draw(1234, "selected", "m", "d", "th", b, j, n)] += 1
+    assert np.array_equal(benchmark_counts(con, "selected", "m")[("d", "th")], want)
+    view = np.zeros((reps, n), dtype=np.int64)
+    for item, b, w in con.execute(
+        "SELECT item_id, b, w FROM bootstrap_weights WHERE population = 'selected'"
+    ).fetchall():
+        view[b, int(item[2:])] = w
+    assert np.array_equal(view, want)
+
+
+def test_draw_counts_are_uniform_and_keyed(tmp_path):
+    n, reps = 10, 20000
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    con = _units_db(tmp_path / "a", {"en": n, "de": n}, reps)
+    counts = benchmark_counts(con, "selected", "m")
+    w = counts[("d", "en")]
+    assert (w.sum(axis=1) == n).all()
+    freq = w.sum(axis=0)
+    chi2 = ((freq - reps) ** 2 / reps).sum()
+    assert chi2 < 27.9  # 9 degrees of freedom, p = 0.001
+    # not balanced by construction between even and odd items (DuckDB's hash() was)
+    assert freq[::2].sum() != freq[1::2].sum()
+    # P(drawn at least once) = 1 - (1 - 1/n)^n
+    assert (w > 0).mean() == pytest.approx(1 - 0.9**10, abs=0.01)
+    # another language, population or seed draws other resamples
+    assert not np.array_equal(w, counts[("d", "de")])
+    assert not np.array_equal(w, benchmark_counts(con, "pool", "m")[("d", "en")])
+    other = _units_db(tmp_path / "b", {"en": n}, reps, seed=7)
+    assert not np.array_equal(w, benchmark_counts(other, "selected", "m")[("d", "en")])
+    assert MetricSettings().bootstrap_replicates == 1000
+
+
+def test_row_quantiles_equal_numpy_with_and_without_missing_replicates():
+    rng = np.random.default_rng(0)
+    x = rng.random((4, 50))
+    x[1, :7] = np.nan
+    x[3] = np.nan
+    lo, hi = row_quantiles(x, (0.025, 0.975))
+    for r in range(3):
+        want = np.quantile(x[r][np.isfinite(x[r])], [0.025, 0.975])
+        assert (lo[r], hi[r]) == (pytest.approx(want[0]), pytest.approx(want[1]))
+    assert np.isnan(lo[3]) and np.isnan(hi[3])
+
+
+# The rates' percentile intervals as the SQL join that the matrix products replaced: every item
+# value times every replicate's draw count, summed per checkpoint x benchmark x metric x
+# replicate, pooled rows summed over benchmarks, then quantile_cont.
+JOIN_INTERVALS = """
+WITH per_benchmark AS (
+    SELECT v.population, v.model, v.method, v.structure, v.sparsity, v.dataset, v.lang, v.metric,
+           w.b, sum(w.w * v.value) AS s, sum(w.w) AS n
+    FROM item_values v
+    JOIN bootstrap_weights w USING (population, model, dataset, lang, item_id)
+    GROUP BY ALL
+),
+replicates AS (
+    SELECT population, model, method, structure, sparsity,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang, metric, b,
+           sum(s) / sum(n) AS value
+    FROM per_benchmark
+    GROUP BY GROUPING SETS (
+        (population, model, method, structure, sparsity, dataset, lang, metric, b),
+        (population, model, method, structure, sparsity, metric, b))
+)
+SELECT population, model, method, structure, sparsity, dataset, lang, metric,
+       count(*) AS n_boot,
+       quantile_cont(value, 0.025) AS ci_low, quantile_cont(value, 0.975) AS ci_high
+FROM replicates
+GROUP BY ALL
+"""
+
+
+def test_matrix_intervals_equal_the_sql_join(tmp_path):
+    """Random outcomes on two languages of different sizes, MC-only items with recovery decodes
+    (small denominators: some replicates draw none of them), every rate and pooled row."""
+    rng = np.random.default_rng(3)
+    rows, selected = [], {}
+    for lang, n in (("en", 23), ("de", 9)):
+        ids = [f"{lang}{i:02d}" for i in range(n)]
+        selected[lang] = ids
+        for i in ids:
+            rows += [
+                row("dense", i, "open", True, lang=lang),
+                row("dense", i, "mc", True, lang=lang),
+            ]
+            rows.append(row("dense", i, "candidates", bool(rng.random() < 0.8), lang=lang))
+            open_ok, mc_ok = bool(rng.random() < 0.5), bool(rng.random() < 0.8)
+            rows += [
+                row("w", i, "open", open_ok, rank=int(rng.integers(1, 20)), lang=lang),
+                row("w", i, "mc", mc_ok, lang=lang),
+                row("w", i, "candidates", bool(rng.random() < 0.6), lang=lang),
+            ]
+            if mc_ok and not open_ok:
+                rows += [
+                    row("w", i, "open", bool(rng.random() < 0.3), "beam", k, lang=lang)
+                    for k in range(5)
+                ]
+                rows.append(row("w", i, "oneshot", bool(rng.random() < 0.3), lang=lang))
+    con = build(tmp_path, rows, selected, bootstrap_replicates=300)
+    key = "population, model, method, structure, sparsity, dataset, lang, metric"
+    want = {r[:8]: r[8:] for r in con.execute(JOIN_INTERVALS).fetchall()}
+    got = {
+        r[:8]: r[8:]
+        for r in con.execute(
+            f"SELECT {key}, n_boot, ci_low, ci_high FROM rates WHERE n_boot > 0"
+        ).fetchall()
+    }
+    assert len(got) > 100 and set(got) == set(want)
+    assert any(k[5] == "all" for k in got) and any(v[0] < 300 for v in want.values())
+    for k, (n_boot, lo, hi) in want.items():
+        assert got[k] == (n_boot, pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12)), k
