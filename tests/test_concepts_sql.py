@@ -324,7 +324,8 @@ def test_gaps_database_keeps_the_metric_tables(tmp_path):
     con.execute(f"ATTACH '{stage}' AS stage")
     con.execute("CREATE TABLE stage.mc_only AS SELECT * FROM mc_only")
     con.execute("CREATE TABLE stage.item_outcomes AS SELECT * FROM item_outcomes")
-    con.execute("CREATE TABLE stage.bootstrap_weights AS SELECT * FROM bootstrap_weights")
+    con.execute("CREATE TABLE stage.bootstrap_units AS SELECT * FROM bootstrap_units")
+    con.execute("CREATE TABLE stage.bootstrap_benchmarks AS SELECT * FROM bootstrap_benchmarks")
     con.execute("CREATE TABLE stage.checkpoints AS SELECT * FROM checkpoints")
     con.execute(
         "CREATE VIEW stage.pool AS SELECT * FROM read_parquet('"

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from .aggregate import add_bits_columns, run_sql, split_report_files
-from .bootstrap import row_quantiles
+from .bootstrap import draw_counts, row_quantiles
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -192,8 +192,8 @@ def _permutation_ranks(
     """(permutations x n): rank of each item (columns in item_id order) in permutation b.
 
     Permutation b orders a benchmark's items by
-    md5('seed|permutation|model|dataset|lang|b|item_id'), like the bootstrap draws of
-    workflow/sql/20_rates.sql: fixed by the seed, not by DuckDB or numpy."""
+    md5('seed|permutation|model|dataset|lang|b|item_id'): fixed by the seed, not by DuckDB or
+    numpy."""
     r = con.execute(
         f"""
         SELECT (row_number() OVER (
@@ -232,17 +232,26 @@ def _benchmark_inputs(
     acts[np.searchsorted(concepts, np.asarray(a["concept"])), np.asarray(a["idx"])] = np.asarray(
         a["activation"]
     )
-    w = con.execute(
-        """SELECT u.idx, w.b, w.w FROM bootstrap_weights w
-                       JOIN _damage_units u USING (model, dataset, lang, item_id)
-                       WHERE w.population = 'selected'
-                           AND u.model = ? AND u.dataset = ? AND u.lang = ?""",
+    # the metric tables' resamples of this benchmark (bootstrap.draw_counts: the draws of the
+    # bootstrap_weights view), its items mapped to this table's numbering
+    n_all, key = con.execute(
+        "SELECT n, key FROM bootstrap_benchmarks "
+        "WHERE population = 'selected' AND model = ? AND dataset = ? AND lang = ?",
+        [model, dataset, lang],
+    ).fetchone()
+    pairs = con.execute(
+        """SELECT d.idx AS here, u.idx::BIGINT AS there FROM _damage_units d
+           JOIN bootstrap_units u
+             ON u.population = 'selected'
+            AND (u.model, u.dataset, u.lang, u.item_id) = (d.model, d.dataset, d.lang, d.item_id)
+           WHERE d.model = ? AND d.dataset = ? AND d.lang = ?""",
         [model, dataset, lang],
     ).fetchnumpy()
+    counts = draw_counts(int(key), int(n_all), replicates)
     boot = np.zeros((replicates, n))
-    boot[np.asarray(w["b"], dtype=np.int64), np.asarray(w["idx"], dtype=np.int64)] = np.asarray(
-        w["w"], dtype=float
-    )
+    boot[:, np.asarray(pairs["here"], dtype=np.int64)] = counts[
+        :, np.asarray(pairs["there"], dtype=np.int64)
+    ]
     return {
         "acts": acts,
         "boot": boot,
@@ -460,13 +469,14 @@ def _bootstrap_replicates(con: duckdb.DuckDBPyConnection) -> int | None:
     """Replicates of the metric tables' item resamples (population 'selected'); None without
     them."""
     has = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'bootstrap_weights'"
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'bootstrap_benchmarks'"
     ).fetchall()[0][0]
     if not has:
         return None
     return int(
         con.execute(
-            "SELECT coalesce(max(b) + 1, 0) FROM bootstrap_weights WHERE population = 'selected'"
+            "SELECT coalesce(max(replicates), 0) FROM bootstrap_benchmarks "
+            "WHERE population = 'selected'"
         ).fetchall()[0][0]
     )
 
@@ -482,8 +492,8 @@ def _damage_test_frames(
     replicates = _bootstrap_replicates(con)
     if replicates is None:
         raise RuntimeError(
-            "the damage tests resample the metric tables' bootstrap_weights "
-            "(workflow/sql/20_rates.sql), which this database lacks"
+            "the damage tests resample the metric tables' items (bootstrap_benchmarks, "
+            "workflow/sql/20_item_values.sql), which this database lacks"
         )
     frames = []
     for model in sorted({u[0] for u in units}):
