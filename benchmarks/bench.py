@@ -663,7 +663,7 @@ def section_aggregate(table, args):
     ).stdout
     r = json.loads(out.strip().splitlines()[-1])
     slowest = sorted(r["sql_seconds"].items(), key=lambda kv: -kv[1])[:3]
-    note = f"{r['log_rows']:,} log rows, {r['weight_rows']:,} resample rows; slowest: " + ", ".join(
+    note = f"{r['log_rows']:,} log rows, {r['draws']:,} bootstrap draws; slowest: " + ", ".join(
         f"{name} {s:.0f} s" for name, s in slowest
     )
     table.add("aggregate", "metric tables over 10M log rows", r["seconds"], None, "s", note)

@@ -18,31 +18,31 @@ TABLES = {
         "FROM selection WHERE method = 'dense' ORDER BY dataset, lang"
     ),
     "Oracle: greedy vs any decode (drop vs dense with paired intervals)": (
-        "SELECT method, sparsity, lang, decode, n_items, accuracy, ci_low, ci_high, "
+        "SELECT method, structure, sparsity, bits, lang, decode, n_items, accuracy, ci_low, ci_high, "
         "drop, drop_ci_low, drop_ci_high FROM oracle WHERE decode IN ('greedy', 'oracle') "
-        "ORDER BY method, sparsity, lang, decode"
+        "ORDER BY method, structure, sparsity, bits, lang, decode"
     ),
     "Recovery beside false recovery (all languages)": (
-        "SELECT method, sparsity, decode, n_mc_only, rate, ci_low, ci_high, "
+        "SELECT method, structure, sparsity, bits, decode, n_mc_only, rate, ci_low, ci_high, "
         "false_recovery_rate, false_ci_low, false_ci_high, corrected_rate, corrected_ci_low, "
-        "corrected_ci_high FROM recovery WHERE lang = 'all' ORDER BY method, sparsity, decode"
+        "corrected_ci_high FROM recovery WHERE lang = 'all' ORDER BY method, structure, sparsity, bits, decode"
     ),
     "MC-only rate, noise floor, guessing (all languages)": (
-        "SELECT method, sparsity, n_items, n_mc_only, mc_only_rate, mc_only_ci_low, "
+        "SELECT method, structure, sparsity, bits, n_items, n_mc_only, mc_only_rate, mc_only_ci_low, "
         "mc_only_ci_high, noise_floor, mc_only_guess_adj, guess_adj_ci_low, guess_adj_ci_high, "
         "mc_chance_adj, n_demoted, n_erased, n_demoted_decoy FROM mc_only WHERE lang = 'all' "
-        "ORDER BY method, sparsity"
+        "ORDER BY method, structure, sparsity, bits"
     ),
     "MC-only per language": (
-        "SELECT method, sparsity, lang, n_items, n_mc_only, mc_only_rate, noise_floor, "
-        "mc_only_guess_adj FROM mc_only WHERE lang <> 'all' ORDER BY method, sparsity, lang"
+        "SELECT method, structure, sparsity, bits, lang, n_items, n_mc_only, mc_only_rate, noise_floor, "
+        "mc_only_guess_adj FROM mc_only WHERE lang <> 'all' ORDER BY method, structure, sparsity, bits, lang"
     ),
     "Concepts tested and surviving FDR (across benchmarks)": (
-        "SELECT method, sparsity, format, count(*) FILTER (WHERE supported) AS tested, "
+        "SELECT method, structure, sparsity, bits, format, count(*) FILTER (WHERE supported) AS tested, "
         "count(*) FILTER (WHERE supported AND q_value < 0.1) AS q_below_0_1, "
         "count(*) FILTER (WHERE supported AND q_value < 0.1 AND excess > 0) AS damaged, "
         "min(q_value) AS min_q FROM concept_damage_tests WHERE lang = 'all' "
-        "GROUP BY ALL ORDER BY method, sparsity, format"
+        "GROUP BY ALL ORDER BY method, structure, sparsity, bits, format"
     ),
 }
 
