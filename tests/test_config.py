@@ -720,6 +720,8 @@ SETTINGS_IN_SCHEMA = [
             "formats": "evaluation.formats",
             "batch_size": "evaluation.batch_size",
             "decode_rows": "evaluation.decode_rows",
+            "batch_tokens": "evaluation.batch_tokens",
+            "decode_tokens": "evaluation.decode_tokens",
             "max_new_tokens": "evaluation.max_new_tokens",
             "budget_margin": "evaluation.budget_margin",
             "max_length_factor": "judge.max_length_factor",

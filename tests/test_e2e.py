@@ -1059,11 +1059,11 @@ def test_second_run_has_nothing_to_do(smoke_run):
 
 
 def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
-    """evaluation.device and evaluation.decode_rows change where and how fast rows are computed,
-    not what they hold: no job re-runs."""
+    """evaluation.device, decode_rows, batch_tokens and decode_tokens change where and how fast
+    rows are computed, not what they hold: no job re-runs."""
     work, cfg = smoke_run
     edited = yaml.safe_load(cfg.read_text())
-    edited["evaluation"].update(device="cpu", decode_rows=3)
+    edited["evaluation"].update(device="cpu", decode_rows=3, batch_tokens=512, decode_tokens=1024)
     path = work / "speed-changed.yaml"
     path.write_text(yaml.safe_dump(edited))
     res = snakemake(work, path, "-n")

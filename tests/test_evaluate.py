@@ -280,6 +280,48 @@ def test_batching_does_not_change_results(tiny, bundled_tokenizer, items):
         ) < 1e-4
 
 
+def test_token_caps_bound_batches_and_decode_groups_without_changing_results(
+    tiny, bundled_tokenizer, items, monkeypatch
+):
+    """batch_tokens and decode_tokens only cut batches and decode groups: the same rows."""
+    from benchmark_illusion import engine
+
+    stacked = []
+    real_stack = engine.stack
+
+    def stack(states, room=0):
+        out = real_stack(states, room=room)
+        stacked.append((out.mask.shape[0], out.mask.shape[1], room))
+        return out
+
+    monkeypatch.setattr(engine, "stack", stack)
+
+    def run(**caps):
+        stacked.clear()
+        rows = evaluate_items(
+            tiny,
+            bundled_tokenizer,
+            items,
+            EvalSettings(batch_size=8, decode_rows=16, max_new_tokens=6, **caps),
+            RunMeta("tiny"),
+            progress=False,
+        )
+        return rows, list(stacked)
+
+    free, free_groups = run(batch_tokens=10**6, decode_tokens=10**6)
+    longest = max(w for _, w, _ in free_groups)
+    capped, groups = run(batch_tokens=longest, decode_tokens=2 * (longest + 8))
+    # every decode group within the cap, unless it is a single prefill batch of one row
+    assert len(groups) > len(free_groups)
+    assert all(n * (w + room) <= 2 * (longest + 8) or n == 1 for n, w, room in groups)
+    assert capped["output"].to_list() == free["output"].to_list()
+    assert capped["gold_rank"].to_list() == free["gold_rank"].to_list()
+    for x, y in zip(capped["option_ll"].to_list(), free["option_ll"].to_list(), strict=True):
+        assert (x is None and y is None) or max(
+            abs(p - q) for p, q in zip(x, y, strict=True)
+        ) < 1e-4
+
+
 def test_rows_follow_the_log_schema(tiny, bundled_tokenizer, items):
     meta = RunMeta(
         "tiny",

@@ -263,7 +263,7 @@ def test_prune_params_carry_method_settings_only_for_their_method(config):
     assert set(sgpt) == {"dtype", "tolerance", "batch_size", "sparsegpt"}
     assert set(rule_params.quantize(config, "tiny", "rtn")) == {"dtype"}
     assert set(rule_params.quantize(config, "tiny", "gptq")) == {"dtype", "batch_size", "gptq"}
-    for how in ("device", "decode_rows"):  # where and how fast, not what a row holds
+    for how in ("device", "decode_rows", "batch_tokens", "decode_tokens"):  # where, how fast
         assert how in config["evaluation"]
         assert how not in rule_params.evaluation(config)["evaluation"]
     assert "recovery" not in rule_params.pool_evaluation(config)["evaluation"]

@@ -251,6 +251,19 @@ def test_batches_cut_before_a_much_longer_prompt():
     assert all(lengths[b[-1]] <= LENGTH_SLACK * lengths[b[0]] for b in got)
 
 
+def test_batches_hold_at_most_max_tokens_padded_to_their_longest():
+    from benchmark_illusion.decoding import batches
+
+    lengths = [100, 110, 120, 125, 300, 320, 700]
+    got = list(batches(list(range(7)), 8, lengths=lengths, max_tokens=330))
+    # 3 x 120 = 360 > 330; 300 and 320 exceed the slack of 100; 700 > 330 runs alone
+    assert got == [[0, 1], [2, 3], [4], [5], [6]]
+    assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 330 for b in got)
+    assert list(batches(list(range(7)), 8, lengths=lengths, max_tokens=10**6)) == list(
+        batches(list(range(7)), 8, lengths=lengths)
+    )
+
+
 def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_tokenizer):
     from benchmark_illusion.decoding import decoy_option, judge_row
 

@@ -82,16 +82,23 @@ def batches(
     size: int,
     budgets: list[int] | None = None,
     lengths: list[int] | None = None,
+    max_tokens: int | None = None,
 ):
     """Consecutive runs of `order` of at most `size` rows; with `budgets`, one budget per batch;
     with `lengths` (and `order` sorted by them), no row longer than LENGTH_SLACK times the
-    batch's first."""
+    batch's first, and with `max_tokens` no more rows than fit that many tokens padded to the
+    batch's longest (a row longer than max_tokens runs alone)."""
     batch: list[int] = []
     for i in order:
         if batch and (
             len(batch) == size
             or (budgets is not None and budgets[i] != budgets[batch[0]])
             or (lengths is not None and lengths[i] > LENGTH_SLACK * lengths[batch[0]])
+            or (
+                max_tokens is not None
+                and lengths is not None
+                and (len(batch) + 1) * max(lengths[i], max(lengths[j] for j in batch)) > max_tokens
+            )
         ):
             yield batch
             batch = []
@@ -100,15 +107,25 @@ def batches(
         yield batch
 
 
-def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, rows: int):
+def decode_grouped(
+    model,
+    prefilled,
+    budget: list[int],
+    stop,
+    pad_id: int,
+    rows: int,
+    max_tokens: int | None = None,
+):
     """Greedy answers of prefilled batches, decoded together `rows` rows at a time.
 
     prefilled: (batch, state, payload) triples as the caller's prefills produce them (each
     batch's state no longer needed by the caller once yielded). A decode step reads every
     weight once whatever its rows (on 2 CPU cores a 32-row step of the bundled model costs
     1.5x an 8-row one, for 4x the rows), so the rows of consecutive batches are stacked
-    (`engine.stack`) before decoding. Yields, per batch, in
-    order: (batch, payload, generated ids per row, decode seconds per row).
+    (`engine.stack`) before decoding. max_tokens bounds the stacked cache: a group holds no
+    more rows than fit that many tokens at its widest prompt plus the decode room (one batch
+    always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
+    seconds per row).
     """
     group: list = []
 
@@ -116,7 +133,7 @@ def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, rows:
         t0 = time.perf_counter()
         ids = [i for batch, _, _ in group for i in batch]
         room = max(budget[i] for i in ids)
-        state = engine.stack([st for _, st, _ in group], room=room)
+        state = engine.stack([st for _, st, _ in group], room=room)  # frees their caches
         gen = engine.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
         dt = (time.perf_counter() - t0) / len(ids)
         at = 0
@@ -124,7 +141,16 @@ def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, rows:
             yield batch, payload, gen[at : at + len(batch)], dt
             at += len(batch)
 
+    def cells(members) -> int:
+        n = sum(len(b) for b, _, _ in members)
+        width = max(st.mask.shape[1] for _, st, _ in members)
+        room = max(budget[i] for b, _, _ in members for i in b)
+        return n * (width + room)
+
     for triple in prefilled:
+        if group and max_tokens is not None and cells([*group, triple]) > max_tokens:
+            yield from flush()
+            group = []
         group.append(triple)
         if sum(len(batch) for batch, _, _ in group) >= rows:
             yield from flush()
@@ -261,13 +287,22 @@ def greedy_format(
     )
 
     def prefilled():
-        for batch in batches(order, settings.batch_size, lengths=[len(x) for x in ids]):
+        lengths = [len(x) for x in ids]
+        for batch in batches(order, settings.batch_size, None, lengths, settings.batch_tokens):
             t0 = time.perf_counter()
             state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             yield batch, state, (time.perf_counter() - t0) / len(batch)
             bar.update(len(batch))
 
-    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings.decode_rows)
+    grouped = decode_grouped(
+        model,
+        prefilled(),
+        budget,
+        stop,
+        toks.pad_id,
+        settings.decode_rows,
+        settings.decode_tokens,
+    )
     for batch, t_prefill, gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(

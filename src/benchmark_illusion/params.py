@@ -25,13 +25,18 @@ def model(config: dict, name: str) -> dict:
     return _without(config["models"][name], "params_b", "sae")
 
 
+# evaluation keys that decide how many rows run together, not what a row holds (like the
+# device): left out of the params, so changing them re-runs nothing
+THROUGHPUT_KEYS = ("decode_rows", "batch_tokens", "decode_tokens")
+
+
 def evaluation(config: dict) -> dict:
     """What decides evaluation rows: seed, prompt, judge, evaluation (not where it runs)."""
     return {
         "seed": config["seed"],
         "prompt": config["prompt"],
         "judge": config["judge"],
-        "evaluation": _without(config["evaluation"], "device", "decode_rows"),
+        "evaluation": _without(config["evaluation"], "device", *THROUGHPUT_KEYS),
     }
 
 

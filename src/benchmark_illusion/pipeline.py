@@ -177,7 +177,7 @@ def evaluate_file(
     limit: int | None = None,
     threads: int | None = None,
     exemplar_items: str | Path | None = None,
-    decode_rows: int | None = None,
+    throughput: dict | None = None,
 ) -> pl.DataFrame:
     """Evaluate one checkpoint on one item file and write the log rows.
 
@@ -188,8 +188,9 @@ def evaluate_file(
       `evaluate` rule, like every pruned checkpoint, and decoded there.
     threads: CPU threads for torch (None: torch's default).
     exemplar_items: the full item table of the benchmark, where 1-shot exemplars are looked up.
-    decode_rows: rows a greedy decode runs together (None: the settings' default); like the
-      device, it changes the speed, not a decision.
+    throughput: EvalSettings fields that set how many rows run together (params.THROUGHPUT_KEYS:
+      decode_rows, batch_tokens, decode_tokens; absent: the settings' defaults); like the
+      device, they change the speed and the memory, not a decision.
     """
     structure, bits = describe_checkpoint(method, structure)
     items = pl.read_parquet(items_path)
@@ -198,8 +199,8 @@ def evaluate_file(
         items = items.filter(pl.col("item_id").is_in(list(keep)))
     is_pool = limit is not None
     settings = eval_settings(params, recovery=not is_pool)
-    if decode_rows is not None:
-        settings = dataclasses.replace(settings, decode_rows=decode_rows)
+    if throughput:
+        settings = dataclasses.replace(settings, **throughput)
     if items.height == 0:  # e.g. a language where the dense model got no item right
         write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
         log.warning("no items in %s: wrote an empty log without loading the model", items_path)

@@ -49,6 +49,11 @@ class EvalSettings:
     # rows decoded together by greedy (prefill batches stacked); like the device, where and
     # how fast it runs, not what a row holds: left out of the params (docs/design.md)
     decode_rows: int = 16
+    # the most tokens (rows x longest prompt) in one prefill batch of the greedy formats and mc,
+    # and in one stacked greedy decode group (rows x (widest prompt + budget)): they bound the
+    # memory of long prompts; like decode_rows, not a param
+    batch_tokens: int = 2048
+    decode_tokens: int = 8192
     max_new_tokens: int = 32
     budget_margin: int = 4
     max_length_factor: float = 3.0

@@ -1,4 +1,5 @@
 from benchmark_illusion import logs, pipeline
+from benchmark_illusion.params import THROUGHPUT_KEYS
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards
@@ -14,7 +15,8 @@ pipeline.evaluate_file(
     dataset=w.dataset,
     lang=w.lang,
     device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a row
-    decode_rows=snakemake.config["evaluation"]["decode_rows"],  # how many rows decode at once
+    # how many rows run together: never changes a row
+    throughput={k: snakemake.config["evaluation"][k] for k in THROUGHPUT_KEYS},
     trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
     limit=snakemake.params.get("pool_max"),
     threads=snakemake.threads,
