@@ -73,8 +73,10 @@ def test_job_resources_grow_with_size_and_attempt():
     )
     # the measured peak of the bundled model (1.4 GiB) fits with room
     assert job_resources("evaluate", 135e6)["mem_mb"] > 3 * 1.4 * 1024
-    # the paper-scale aggregation peaked at 7.3 GiB (benchmarks/aggregate_scale.py)
-    assert aggregate_resources(3 * 19 * 21 * 200)["mem_mb"] > 7.3 * 1024
+    # the aggregation peaked at 0.74 GiB on the paper grid and 1.55 GiB on 10 million log rows
+    # (benchmarks/aggregate_scale.py): twice that fits
+    assert aggregate_resources(3 * 19 * 21 * 200)["mem_mb"] > 2 * 0.74 * 1024
+    assert aggregate_resources(3 * 19 * 21 * 440)["mem_mb"] > 2 * 1.55 * 1024
     with pytest.raises(ValueError, match="unknown job kind"):
         job_resources("train", 1e9)
 

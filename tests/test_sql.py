@@ -1069,3 +1069,26 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
     assert con.execute(
         "SELECT DISTINCT method, structure FROM report_summary WHERE bits = 4"
     ).fetchall() == [("gptq", "int4-g128")]
+
+
+def test_derived_views_read_tables_only_so_the_database_works_without_the_logs(tmp_path):
+    """item_values and bootstrap_weights are views: opened elsewhere, with the log files gone,
+    they still answer (only the views over the Parquet logs need those)."""
+    from benchmark_illusion.aggregate import build_database
+
+    frame(DENSE + PRUNED).write_parquet(tmp_path / "g.parquet")
+    frame(POOL).write_parquet(tmp_path / "p.parquet")
+    sel = selected_file(tmp_path, ["i1", "i2", "i3", "i4"])
+    db = tmp_path / "out" / "illusion.duckdb"
+    db.parent.mkdir()
+    build_database(db, [str(tmp_path / "g.parquet")], [sel], [str(tmp_path / "p.parquet")], SQL)
+    for f in (tmp_path / "g.parquet", tmp_path / "p.parquet", Path(sel)):
+        f.unlink()
+    con = duckdb.connect(str(db), read_only=True)
+    n_values = con.execute("SELECT count(*) FROM item_values").fetchone()[0]
+    assert (
+        n_values == con.execute("SELECT sum(n_items) FROM rates WHERE lang <> 'all'").fetchone()[0]
+    )
+    assert con.execute("SELECT count(DISTINCT b) FROM bootstrap_weights").fetchone()[0] == 1000
+    with pytest.raises(duckdb.IOException):
+        con.execute("SELECT count(*) FROM generations").fetchone()

@@ -16,7 +16,8 @@ retries (profile `retries`) after running out of memory or time asks for more.
 
 Measured anchors (2 CPU cores, fp32, 135M parameters, calibration 16 x 128): import 21 s,
 prune 9-35 s, 0.8-1.0 GB peak; evaluation of a language (29 items) ~1.5 min, 1.4 GB; the
-aggregation of a paper-scale grid (239,400 item x checkpoint pairs): 219 s, 7.3 GiB
+aggregation of a paper-scale grid (239,400 item x checkpoint pairs): 10.6 s, 0.74 GiB, and of
+10 million log rows (526,680 pairs, every decode on every item): 19.0 s, 1.55 GiB
 (benchmarks/aggregate_scale.py). The formulas leave headroom over these.
 """
 
@@ -113,7 +114,8 @@ def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: i
 
 
 def aggregate_resources(n_item_checkpoints: int, attempt: int = 1) -> dict:
-    """The aggregation's memory and time grow with items x checkpoints (bootstrap join)."""
-    mem_gb = (2 + 40e-6 * n_item_checkpoints) * attempt  # paper grid: 239,400 pairs -> 11.6 GB
-    minutes = (10 + n_item_checkpoints / 10_000) * attempt
+    """The aggregation's memory and time grow with items x checkpoints (the item values and
+    the bootstrap's matrix products)."""
+    mem_gb = (1 + 4e-6 * n_item_checkpoints) * attempt  # paper grid: 239,400 pairs -> 2 GB
+    minutes = (5 + n_item_checkpoints / 100_000) * attempt
     return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}

@@ -22,6 +22,8 @@
 -- False-recovery control (<decode>_decoy, recovered_decoy, open_decoy): the same decodes judged
 --   against a fixed distractor of the item (decoy_option) as if it were the gold.
 -- n_options: K, the number of options (chance is 1/K).
+-- distractors_in_passage: whether every distractor of the item occurs in its passage (the item
+--   file's column; NULL for item files written before it existed).
 -- dense_* columns: the reference evaluation of the same item. For a pruned checkpoint that is
 --   the dense model evaluated by the same `evaluate` rule; for the dense row itself it is the
 --   selection run (the pool), so the dense row's drops and MC-only rate are the noise floor:
@@ -115,11 +117,14 @@ SELECT p.*,
        d.sample_pass        AS dense_sample_pass,
        d.sample_majority    AS dense_sample_majority,
        d.oneshot            AS dense_oneshot,
-       d.oracle_correct     AS dense_oracle_correct
+       d.oracle_correct     AS dense_oracle_correct,
+       si.distractors_in_passage
 FROM outcomes p
 LEFT JOIN outcomes d
   ON p.method <> 'dense' AND d.method = 'dense'
  AND d.model = p.model AND d.dataset = p.dataset AND d.lang = p.lang AND d.item_id = p.item_id
 LEFT JOIN selection_run s
   ON p.method = 'dense' AND s.model = p.model AND s.dataset = p.dataset AND s.lang = p.lang AND s.item_id = p.item_id
+LEFT JOIN selected_items si
+  ON si.model = p.model AND si.dataset = p.dataset AND si.lang = p.lang AND si.item_id = p.item_id
 ORDER BY p.model, p.method, p.structure, p.sparsity, p.dataset, p.lang, p.item_id;

@@ -63,10 +63,31 @@ SELECT c.population, c.model, c.dataset, c.lang, u.item_id, c.b, c.w
 FROM counts c
 JOIN bootstrap_units u USING (population, model, dataset, lang, idx);
 
+-- pool_item_values: the item values of the dense model's selection pool (population 'pool'),
+-- in item_values' long form: the gold rank of the items the dense model got wrong in open. A
+-- table, so that item_values (a view) reads tables only and works wherever the database is
+-- opened, without the log files.
+CREATE OR REPLACE TABLE pool_item_values AS
+SELECT 'pool' AS population, * FROM (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id,
+           CASE WHEN NOT open_correct THEN (gold_rank <= 1)::DOUBLE END  AS top1_dense_failed,
+           CASE WHEN NOT open_correct THEN (gold_rank <= 5)::DOUBLE END  AS top5_dense_failed,
+           CASE WHEN NOT open_correct THEN (gold_rank <= 10)::DOUBLE END AS top10_dense_failed
+    FROM (
+        SELECT model, method, structure, sparsity, dataset, lang, item_id,
+               bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')      AS open_correct,
+               any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
+                                            AND NOT coalesce(gold_token_partial, false))                AS gold_rank
+        FROM pool GROUP BY ALL
+    )
+)
+UNPIVOT (value FOR metric IN (top1_dense_failed, top5_dense_failed, top10_dense_failed));
+
 -- item_values: one row per checkpoint x item x metric; a rate is the mean of `value` over the
 -- items that have a row (NULLs are dropped by UNPIVOT: an item outside a metric's denominator,
--- or a format or decode that did not run, has no row). A view: on the paper grid it has tens
--- of millions of rows, cheaper to recompute from item_outcomes when read than to store.
+-- or a format or decode that did not run, has no row). A view over tables (item_outcomes,
+-- pool_item_values): on the paper grid it has tens of millions of rows, cheaper to recompute
+-- when read than to store.
 CREATE OR REPLACE VIEW item_values AS
 WITH selected_values AS (
     SELECT model, method, structure, sparsity, dataset, lang, item_id,
@@ -141,28 +162,13 @@ WITH selected_values AS (
            -- mc and candidates accuracy split by whether every distractor of the item occurs in
            -- its passage (accuracy_by_distractor_source; unknown: item files written before the
            -- column existed)
-           CASE WHEN s.distractors_in_passage THEN mc_correct::DOUBLE END                AS dsrc_mc_in_passage,
-           CASE WHEN NOT s.distractors_in_passage THEN mc_correct::DOUBLE END            AS dsrc_mc_not_in_passage,
-           CASE WHEN s.distractors_in_passage IS NULL THEN mc_correct::DOUBLE END        AS dsrc_mc_unknown,
-           CASE WHEN s.distractors_in_passage THEN candidates_correct::DOUBLE END         AS dsrc_candidates_in_passage,
-           CASE WHEN NOT s.distractors_in_passage THEN candidates_correct::DOUBLE END     AS dsrc_candidates_not_in_passage,
-           CASE WHEN s.distractors_in_passage IS NULL THEN candidates_correct::DOUBLE END AS dsrc_candidates_unknown
+           CASE WHEN distractors_in_passage THEN mc_correct::DOUBLE END                AS dsrc_mc_in_passage,
+           CASE WHEN NOT distractors_in_passage THEN mc_correct::DOUBLE END            AS dsrc_mc_not_in_passage,
+           CASE WHEN distractors_in_passage IS NULL THEN mc_correct::DOUBLE END        AS dsrc_mc_unknown,
+           CASE WHEN distractors_in_passage THEN candidates_correct::DOUBLE END         AS dsrc_candidates_in_passage,
+           CASE WHEN NOT distractors_in_passage THEN candidates_correct::DOUBLE END     AS dsrc_candidates_not_in_passage,
+           CASE WHEN distractors_in_passage IS NULL THEN candidates_correct::DOUBLE END AS dsrc_candidates_unknown
     FROM item_outcomes
-    LEFT JOIN (SELECT model, dataset, lang, item_id, distractors_in_passage FROM selected_items) s
-        USING (model, dataset, lang, item_id)
-),
-pool_values AS (
-    SELECT model, method, structure, sparsity, dataset, lang, item_id,
-           CASE WHEN NOT open_correct THEN (gold_rank <= 1)::DOUBLE END  AS top1_dense_failed,
-           CASE WHEN NOT open_correct THEN (gold_rank <= 5)::DOUBLE END  AS top5_dense_failed,
-           CASE WHEN NOT open_correct THEN (gold_rank <= 10)::DOUBLE END AS top10_dense_failed
-    FROM (
-        SELECT model, method, structure, sparsity, dataset, lang, item_id,
-               bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')      AS open_correct,
-               any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
-                                            AND NOT coalesce(gold_token_partial, false))                AS gold_rank
-        FROM pool GROUP BY ALL
-    )
 )
 SELECT 'selected' AS population, * FROM selected_values
 UNPIVOT (value FOR metric IN (
@@ -179,5 +185,4 @@ UNPIVOT (value FOR metric IN (
     dsrc_mc_in_passage, dsrc_mc_not_in_passage, dsrc_mc_unknown,
     dsrc_candidates_in_passage, dsrc_candidates_not_in_passage, dsrc_candidates_unknown))
 UNION ALL BY NAME
-SELECT 'pool' AS population, * FROM pool_values
-UNPIVOT (value FOR metric IN (top1_dense_failed, top5_dense_failed, top10_dense_failed));
+SELECT * FROM pool_item_values;
