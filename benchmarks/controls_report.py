@@ -12,37 +12,40 @@ import sys
 
 import duckdb
 
+# a checkpoint: 2:4 and unstructured, or two bit widths, are different rows
+CKPT = "method, structure, sparsity, bits"
+
 TABLES = {
     "Selection (dense pool)": (
         "SELECT dataset, lang, n_pool, open_rate, mc_rate, candidates_rate, n_selected "
         "FROM selection WHERE method = 'dense' ORDER BY dataset, lang"
     ),
     "Oracle: greedy vs any decode (drop vs dense with paired intervals)": (
-        "SELECT method, structure, sparsity, bits, lang, decode, n_items, accuracy, ci_low, ci_high, "
+        f"SELECT {CKPT}, lang, decode, n_items, accuracy, ci_low, ci_high, "
         "drop, drop_ci_low, drop_ci_high FROM oracle WHERE decode IN ('greedy', 'oracle') "
-        "ORDER BY method, structure, sparsity, bits, lang, decode"
+        f"ORDER BY {CKPT}, lang, decode"
     ),
     "Recovery beside false recovery (all languages)": (
-        "SELECT method, structure, sparsity, bits, decode, n_mc_only, rate, ci_low, ci_high, "
+        f"SELECT {CKPT}, decode, n_mc_only, rate, ci_low, ci_high, "
         "false_recovery_rate, false_ci_low, false_ci_high, corrected_rate, corrected_ci_low, "
-        "corrected_ci_high FROM recovery WHERE lang = 'all' ORDER BY method, structure, sparsity, bits, decode"
+        f"corrected_ci_high FROM recovery WHERE lang = 'all' ORDER BY {CKPT}, decode"
     ),
     "MC-only rate, noise floor, guessing (all languages)": (
-        "SELECT method, structure, sparsity, bits, n_items, n_mc_only, mc_only_rate, mc_only_ci_low, "
+        f"SELECT {CKPT}, n_items, n_mc_only, mc_only_rate, mc_only_ci_low, "
         "mc_only_ci_high, noise_floor, mc_only_guess_adj, guess_adj_ci_low, guess_adj_ci_high, "
         "mc_chance_adj, n_demoted, n_erased, n_demoted_decoy FROM mc_only WHERE lang = 'all' "
-        "ORDER BY method, structure, sparsity, bits"
+        f"ORDER BY {CKPT}"
     ),
     "MC-only per language": (
-        "SELECT method, structure, sparsity, bits, lang, n_items, n_mc_only, mc_only_rate, noise_floor, "
-        "mc_only_guess_adj FROM mc_only WHERE lang <> 'all' ORDER BY method, structure, sparsity, bits, lang"
+        f"SELECT {CKPT}, lang, n_items, n_mc_only, mc_only_rate, noise_floor, "
+        f"mc_only_guess_adj FROM mc_only WHERE lang <> 'all' ORDER BY {CKPT}, lang"
     ),
     "Concepts tested and surviving FDR (across benchmarks)": (
-        "SELECT method, structure, sparsity, bits, format, count(*) FILTER (WHERE supported) AS tested, "
+        f"SELECT {CKPT}, format, count(*) FILTER (WHERE supported) AS tested, "
         "count(*) FILTER (WHERE supported AND q_value < 0.1) AS q_below_0_1, "
         "count(*) FILTER (WHERE supported AND q_value < 0.1 AND excess > 0) AS damaged, "
         "min(q_value) AS min_q FROM concept_damage_tests WHERE lang = 'all' "
-        "GROUP BY ALL ORDER BY method, structure, sparsity, bits, format"
+        f"GROUP BY ALL ORDER BY {CKPT}, format"
     ),
 }
 
