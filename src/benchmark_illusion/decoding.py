@@ -107,24 +107,22 @@ def batches(
         yield batch
 
 
-def decode_grouped(
-    model,
-    prefilled,
-    budget: list[int],
-    stop,
-    pad_id: int,
-    rows: int,
-    max_tokens: int | None = None,
-):
-    """Greedy answers of prefilled batches, decoded together `rows` rows at a time.
+def prefill_batches(order: list[int], ids: list[list[int]], settings: EvalSettings):
+    """The prefill batches of the greedy formats and mc: `batches` of `order` (length-sorted
+    prompt ids) with settings.batch_size rows and settings.batch_tokens tokens at most."""
+    return batches(order, settings.batch_size, None, [len(x) for x in ids], settings.batch_tokens)
+
+
+def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, settings: EvalSettings):
+    """Greedy answers of prefilled batches, decoded together settings.decode_rows rows at a time.
 
     prefilled: (batch, state, payload) triples as the caller's prefills produce them (each
     batch's state no longer needed by the caller once yielded). A decode step reads every
     weight once whatever its rows (on 2 CPU cores a 32-row step of the bundled model costs
     1.5x an 8-row one, for 4x the rows), so the rows of consecutive batches are stacked
-    (`engine.stack`) before decoding. max_tokens bounds the stacked cache: a group holds no
-    more rows than fit that many tokens at its widest prompt plus the decode room (one batch
-    always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
+    (`engine.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
+    holds no more rows than fit that many tokens at its widest prompt plus the decode room (one
+    batch always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
     seconds per row).
     """
     group: list = []
@@ -148,11 +146,11 @@ def decode_grouped(
         return n * (width + room)
 
     for triple in prefilled:
-        if group and max_tokens is not None and cells([*group, triple]) > max_tokens:
+        if group and cells([*group, triple]) > settings.decode_tokens:
             yield from flush()
             group = []
         group.append(triple)
-        if sum(len(batch) for batch, _, _ in group) >= rows:
+        if sum(len(batch) for batch, _, _ in group) >= settings.decode_rows:
             yield from flush()
             group = []
     if group:
@@ -287,22 +285,13 @@ def greedy_format(
     )
 
     def prefilled():
-        lengths = [len(x) for x in ids]
-        for batch in batches(order, settings.batch_size, None, lengths, settings.batch_tokens):
+        for batch in prefill_batches(order, ids, settings):
             t0 = time.perf_counter()
             state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             yield batch, state, (time.perf_counter() - t0) / len(batch)
             bar.update(len(batch))
 
-    grouped = decode_grouped(
-        model,
-        prefilled(),
-        budget,
-        stop,
-        toks.pad_id,
-        settings.decode_rows,
-        settings.decode_tokens,
-    )
+    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings)
     for batch, t_prefill, gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(

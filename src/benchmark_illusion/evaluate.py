@@ -17,12 +17,12 @@ from tqdm import tqdm
 from . import engine
 from .decoding import (
     Tokens,
-    batches,
     budgets,
     decode_grouped,
     format_prompts,
     generated_row,
     greedy_format,
+    prefill_batches,
     stop_rule,
 )
 from .judge import normalize
@@ -127,8 +127,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
     def prefilled():
         """Prefill and score each batch (its mc rows go to `out`); the open answers wait for
         their group's decode."""
-        lengths = [len(x) for x in ids]
-        for batch in batches(order, settings.batch_size, None, lengths, settings.batch_tokens):
+        for batch in prefill_batches(order, ids, settings):
             t0 = time.perf_counter()
             state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             t_prefill = time.perf_counter() - t0
@@ -162,15 +161,7 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
             if "open" in want:
                 yield batch, state, (best, t_prefill / len(batch))
 
-    grouped = decode_grouped(
-        model,
-        prefilled(),
-        budget,
-        stop,
-        toks.pad_id,
-        settings.decode_rows,
-        settings.decode_tokens,
-    )
+    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings)
     for batch, (best, t_prefill), gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(
