@@ -219,6 +219,18 @@ BAD = [
     ("section-wrong-type", _set("evaluation", "fast"), "evaluation", "object"),
     ("batch-size-zero", _set("evaluation", "batch_size", 0), "evaluation.batch_size", "minimum"),
     (
+        "batch-tokens-zero",
+        _set("evaluation", "batch_tokens", 0),
+        "evaluation.batch_tokens",
+        "minimum",
+    ),
+    (
+        "decode-tokens-text",
+        _set("evaluation", "decode_tokens", "lots"),
+        "evaluation.decode_tokens",
+        "integer",
+    ),
+    (
         "max-new-tokens-negative",
         _set("evaluation", "max_new_tokens", -1),
         "evaluation.max_new_tokens",
