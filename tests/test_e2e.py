@@ -1261,4 +1261,5 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     # the database is stale now (its input is newer): the next full run redoes only the aggregation
     res = snakemake(work, cfg, "-n")
     assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
-    assert snakemake(work, cfg).returncode == 0
+    if whole_run:  # the last variant: it runs that aggregation once for both (~40 s each)
+        assert snakemake(work, cfg).returncode == 0

@@ -12,6 +12,7 @@ rule sae:
         "logs/sae/{model}.log",
     benchmark:
         "logs/benchmarks/sae/{model}.tsv"
+    priority: 20
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("sae", "mem_mb"),

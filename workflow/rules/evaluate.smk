@@ -8,6 +8,7 @@ rule evaluate_pool:
         "logs/evaluate_pool/{model}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
+    priority: 30  # gates the item selection, hence every evaluate job: see docs/cluster.md
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("evaluate", "mem_mb"),
@@ -27,6 +28,7 @@ rule select_items:
         "results/selected/{model}/{dataset}/{lang}.parquet",
     log:
         "logs/select_items/{model}/{dataset}/{lang}.log",
+    priority: 30
     params:
         cap=config["items"]["max_per_language"],
         seed=config["seed"],

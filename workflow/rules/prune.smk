@@ -6,6 +6,7 @@ rule calibration_data:
         "results/calibration/{model}.safetensors",
     log:
         "logs/calibration_data/{model}.log",
+    priority: 30
     resources:
         mem_mb=sized("calibration", "mem_mb"),
         runtime=sized("calibration", "runtime"),
@@ -29,6 +30,7 @@ rule prune:
     wildcard_constraints:
         method=PRUNE_METHODS,
         structure=PRUNE_STRUCTURES,
+    priority: 20  # a checkpoint first, its evaluations after: see docs/cluster.md
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("prune", "mem_mb"),
@@ -55,6 +57,7 @@ rule quantize:
         method=QUANT_METHODS,
         structure=QUANT_STRUCTURES,
         sparsity="0",
+    priority: 20
     threads: 4  # capped at --cores locally; profiles may set-threads
     resources:
         mem_mb=sized("prune", "mem_mb"),  # the same block-by-block pass as pruning
