@@ -331,6 +331,43 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
     assert uncapped["kept"] == len(both)
 
 
+def test_evaluate_with_no_items_writes_an_empty_log_without_torch_or_a_model(tmp_path, config):
+    """The evaluate script's early exit (a language where the dense model got nothing right):
+    the log has the schema and no rows, and the check imports neither torch nor a model."""
+    import subprocess
+    import sys
+
+    from benchmark_illusion.schema import LOG_SCHEMA
+
+    write_parquet(
+        pl.DataFrame({"item_id": []}, schema={"item_id": pl.Utf8}), tmp_path / "e.parquet"
+    )
+    write_parquet(pl.DataFrame({"item_id": ["a"]}), tmp_path / "one.parquet")
+    code = (
+        "import sys\n"
+        "from benchmark_illusion.schema import write_empty_log_if_no_items as f\n"
+        f"print(f({str(tmp_path / 'e.parquet')!r}, {str(tmp_path / 'out.parquet')!r}),"
+        f" f({str(tmp_path / 'one.parquet')!r}, {str(tmp_path / 'none.parquet')!r}),"
+        " 'torch' in sys.modules)"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["True", "False", "False"]
+    out = pl.read_parquet(tmp_path / "out.parquet")
+    assert out.height == 0 and dict(out.schema) == LOG_SCHEMA
+    assert not (tmp_path / "none.parquet").exists()
+    # the library entry point takes the same exit, with no checkpoint to load
+    df = pipeline.evaluate_file(
+        tmp_path / "no-such-checkpoint",
+        tmp_path / "e.parquet",
+        tmp_path / "lib.parquet",
+        rule_params.evaluation(config),
+        model="m",
+        dataset="d",
+        lang="xx",
+    )
+    assert df.height == 0 and pl.read_parquet(tmp_path / "lib.parquet").height == 0
+
+
 def test_select_items_needs_open_and_mc_and_writes_an_empty_table_when_none_qualify(tmp_path):
     write_parquet(pool_rows({"a": (True, False), "b": (False, True)}), tmp_path / "pool.parquet")
     write_parquet(pl.DataFrame({"item_id": ["a", "b"]}), tmp_path / "items.parquet")

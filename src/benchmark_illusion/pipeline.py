@@ -31,7 +31,7 @@ from .prompts import PromptSettings
 from .pruning.layerwise import PruneSettings, check_report, prune_model
 from .pruning.masks import parse_structure
 from .recovery import recovery_floor
-from .schema import LOG_SCHEMA
+from .schema import LOG_SCHEMA, write_empty_log_if_no_items
 from .settings import EvalSettings, RecoverySettings
 
 log = logging.getLogger("benchmark_illusion")
@@ -201,9 +201,7 @@ def evaluate_file(
     settings = eval_settings(params, recovery=not is_pool)
     if throughput:
         settings = dataclasses.replace(settings, **throughput)
-    if items.height == 0:  # e.g. a language where the dense model got no item right
-        write_parquet(pl.DataFrame(schema=LOG_SCHEMA), out)
-        log.warning("no items in %s: wrote an empty log without loading the model", items_path)
+    if items.height == 0 and write_empty_log_if_no_items(items_path, out):
         return pl.DataFrame(schema=LOG_SCHEMA)
 
     if threads:
