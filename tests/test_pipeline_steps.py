@@ -181,7 +181,8 @@ def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bi
     config, tiny_dir, item_file, tmp_path
 ):
     from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.quantization import distinct_per_group, parse_structure
+    from benchmark_illusion.quantization import distinct_per_group
+    from benchmark_illusion.structures import parse_grid
 
     windows = calibration_windows(config, tiny_dir, item_file, tmp_path)
     dense, _ = load_checkpoint(tiny_dir)
@@ -203,7 +204,7 @@ def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bi
         assert report["max_distinct_per_group"] <= 8
         assert json.loads((out / "provenance.json").read_text())["quantization"]["bits"] == 3
         net, _ = load_checkpoint(out)
-        grid = parse_structure("int3-g32")
+        grid = parse_grid("int3-g32")
         for (name, w), (_, w0) in zip(
             net.named_parameters(), dense.named_parameters(), strict=True
         ):

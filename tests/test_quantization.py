@@ -13,10 +13,10 @@ from benchmark_illusion.quantization import (
     check_report,
     distinct_per_group,
     gptq,
-    parse_structure,
     quantize_model,
     rtn,
 )
+from benchmark_illusion.structures import parse_grid
 from conftest import make_tiny_model, real_layer_inputs
 
 
@@ -75,11 +75,11 @@ def test_grid_rejects_bad_settings():
 
 def test_structure_names_round_trip_and_bad_names_are_refused():
     for grid in (Grid(4, 128), Grid(8, -1), Grid(3, 64, True), Grid(2, 1)):
-        assert parse_structure(str(grid)) == grid
+        assert parse_grid(str(grid)) == grid
     assert str(Grid(4, 128)) == "int4-g128" and str(Grid(8, -1, True)) == "int8-pc-sym"
     for bad in ("int4", "int4-128", "4bit-g128", "int5-g128", "int4-g0", "int4-g128-asym"):
         with pytest.raises(ValueError):
-            parse_structure(bad)
+            parse_grid(bad)
 
 
 @pytest.mark.parametrize("method", ["rtn", "gptq"])

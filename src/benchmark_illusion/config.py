@@ -17,6 +17,7 @@ from jsonschema import Draft202012Validator, validators
 
 from .data import HUB_LANGUAGES, load_raw, raw_path_for
 from .sources import ModelSourceError, package_gguf
+from .structures import parse_structure
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -264,10 +265,6 @@ def nm_patterns(pruning: dict) -> list[str]:
 
 
 def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
-    from .pruning.masks import (
-        parse_structure,  # imports torch: only when pruning is configured
-    )
-
     errors = []
     blocksize = (pruning.get("sparsegpt") or {}).get("blocksize", 128)
     for i, entry in enumerate(pruning.get("nm", [])):

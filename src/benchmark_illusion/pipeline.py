@@ -29,10 +29,10 @@ from .items import build_items, validate_rows
 from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device
 from .prompts import PromptSettings
 from .pruning.layerwise import PruneSettings, check_report, prune_model
-from .pruning.masks import parse_structure
 from .recovery import recovery_floor
 from .schema import LOG_SCHEMA, write_empty_log_if_no_items
 from .settings import EvalSettings, RecoverySettings
+from .structures import parse_grid, parse_structure
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -153,7 +153,7 @@ def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
     """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
     pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'."""
     if method in quant.METHODS:
-        grid = quant.parse_structure(structure)
+        grid = parse_grid(structure)
         return str(grid), grid.bits
     if structure == "none":
         return structure, None
@@ -460,7 +460,7 @@ def quantize_settings(params: dict, method: str, structure: str) -> quant.Quanti
             act_order=g["act_order"],
             static_groups=g["static_groups"],
         )
-    return quant.QuantizeSettings(method, quant.parse_structure(structure), **kwargs)
+    return quant.QuantizeSettings(method, parse_grid(structure), **kwargs)
 
 
 def quantize_file(

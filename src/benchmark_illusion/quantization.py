@@ -25,7 +25,6 @@ they are. A grid is named in paths and logs by its structure string, e.g. int4-g
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -34,52 +33,7 @@ from torch import nn
 
 from .pruning.layerwise import compress_blockwise
 from .pruning.sparsegpt import Hessian, inverse_hessian_factor
-
-BITS = (2, 3, 4, 8)
-METHODS = ("rtn", "gptq")
-# How a grid is spelled in checkpoint paths and in the logs' `structure` column:
-# int<bits>-g<group_size> or int<bits>-pc (per channel), with -sym when symmetric.
-STRUCTURE_PATTERN = r"int[0-9]+-(?:g[0-9]+|pc)(?:-sym)?"
-
-
-@dataclass(frozen=True)
-class Grid:
-    """bits per weight; group_size input columns per grid (-1: one grid per output row);
-    symmetric or asymmetric."""
-
-    bits: int = 4
-    group_size: int = 128
-    symmetric: bool = False
-
-    def __post_init__(self):
-        if self.bits not in BITS:
-            raise ValueError(f"bits must be one of {BITS}, got {self.bits}")
-        if self.group_size != -1 and self.group_size < 1:
-            raise ValueError(f"group_size must be -1 (per channel) or >= 1, got {self.group_size}")
-
-    @property
-    def maxq(self) -> int:
-        return 2**self.bits - 1
-
-    def width(self, cols: int) -> int:
-        """Columns per group of a weight with `cols` input columns."""
-        return cols if self.group_size == -1 else min(self.group_size, cols)
-
-    def __str__(self) -> str:
-        group = "pc" if self.group_size == -1 else f"g{self.group_size}"
-        return f"int{self.bits}-{group}" + ("-sym" if self.symmetric else "")
-
-
-def parse_structure(name: str) -> Grid:
-    """The Grid a structure name spells: 'int4-g128' (4 bits, groups of 128 columns,
-    asymmetric), 'int8-pc-sym' (8 bits, one symmetric grid per output row); str(grid) inverts it."""
-    m = re.fullmatch(r"int([0-9]+)-(?:g([0-9]+)|(pc))(-sym)?", name)
-    if not m:
-        raise ValueError(
-            f"not a quantization structure: {name!r} (expected int<bits>-g<group_size> or "
-            "int<bits>-pc, optionally with -sym, e.g. int4-g128)"
-        )
-    return Grid(bits=int(m[1]), group_size=-1 if m[3] else int(m[2]), symmetric=m[4] is not None)
+from .structures import METHODS, Grid
 
 
 def grid_params(w: torch.Tensor, grid: Grid) -> tuple[torch.Tensor, torch.Tensor]:

@@ -12,6 +12,10 @@ from snakemake.utils import validate
 from benchmark_illusion import params as rule_params
 from benchmark_illusion.config import ConfigError, check_config, schema_errors
 
+# torch-free, like everything imported here: every Snakemake process parses this file (two per
+# SLURM job), and importing torch would add about a second to each
+from benchmark_illusion.structures import STRUCTURE_PATTERN, Grid, parse_structure
+
 try:
     validate(config, "../schemas/config.schema.yaml")
 except WorkflowError:
@@ -35,7 +39,7 @@ DATASETS = sorted(config["datasets"])
 PRUNE_METHODS = "magnitude|wanda|sparsegpt"
 PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
 QUANT_METHODS = "rtn|gptq"
-QUANT_STRUCTURES = "int[0-9]+-(?:g[0-9]+|pc)(?:-sym)?"  # quantization.STRUCTURE_PATTERN
+QUANT_STRUCTURES = STRUCTURE_PATTERN
 
 
 def one_of(names):
@@ -107,7 +111,6 @@ def sparsity_str(s):
 def pruning_targets():
     """(method, structure path, sparsity str) of every pruned checkpoint in the grid."""
     from benchmark_illusion.config import nm_patterns
-    from benchmark_illusion.pruning.masks import parse_structure
 
     p = config["pruning"]
     points = [("unstructured", s) for s in p["sparsities"]]
@@ -120,8 +123,6 @@ def pruning_targets():
 def quantization_targets():
     """(method, grid name, sparsity str '0') of every quantized checkpoint in the grid: every
     method x bit width on the configured grid (e.g. ('gptq', 'int4-g128', '0'))."""
-    from benchmark_illusion.quantization import Grid
-
     q = config["quantization"]
     return [
         (m, str(Grid(b, q["group_size"], q["symmetric"])), "0")

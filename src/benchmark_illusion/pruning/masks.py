@@ -8,49 +8,19 @@ Structures:
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import torch
 
-_NM = re.compile(r"^([1-9][0-9]*):([1-9][0-9]*)$")
+from ..structures import Structure, parse_structure
 
-
-@dataclass(frozen=True)
-class Structure:
-    """A sparsity structure: unstructured (n = m = 0) or N:M."""
-
-    n: int = 0
-    m: int = 0
-
-    @property
-    def is_nm(self) -> bool:
-        return self.m > 0
-
-    @property
-    def sparsity(self) -> float | None:
-        """The sparsity an N:M pattern implies; None when unstructured."""
-        return self.n / self.m if self.is_nm else None
-
-    def __str__(self) -> str:
-        return f"{self.n}:{self.m}" if self.is_nm else "unstructured"
-
-    @property
-    def path(self) -> str:
-        """Spelling used in file paths (no colon): 'unstructured', '2of4'."""
-        return f"{self.n}of{self.m}" if self.is_nm else "unstructured"
-
-
-def parse_structure(text: str) -> Structure:
-    """'unstructured', 'N:M' or the path form 'NofM' -> Structure; ValueError otherwise."""
-    if text in ("unstructured", "none", "dense"):
-        return Structure()
-    m = _NM.match(text.replace("of", ":"))
-    if not m or not 0 < int(m.group(1)) < int(m.group(2)):
-        raise ValueError(
-            f"structure {text!r} is neither 'unstructured' nor N:M with 0 < N < M (e.g. '2:4')"
-        )
-    return Structure(int(m.group(1)), int(m.group(2)))
+__all__ = [
+    "Structure",
+    "lowest_n_of_m",
+    "lowest_per_matrix",
+    "lowest_per_row",
+    "n_pruned",
+    "nm_violations",
+    "parse_structure",
+]
 
 
 def n_pruned(count: int, sparsity: float) -> int:
