@@ -42,8 +42,8 @@ def peak_rss_gib() -> float:
 
 def items_for(path_template: str, lang: str, n: int, seed: int) -> pl.DataFrame:
     from benchmark_illusion.data import load_raw
+    from benchmark_illusion.datasteps import seeded_order
     from benchmark_illusion.items import build_items, validate_rows
-    from benchmark_illusion.pipeline import seeded_order
 
     raw = load_raw({"source": "squad_json", "path": path_template}, lang)
     good, _ = validate_rows(raw, extractive=True)
@@ -224,7 +224,7 @@ def main() -> None:
 
     if args.from_logs:
         results = {}
-        from benchmark_illusion.pipeline import seeded_order
+        from benchmark_illusion.datasteps import seeded_order
 
         for log_path in sorted(args.from_logs.glob("log_*.parquet")):
             name = log_path.stem[len("log_") :].replace("__", "/")

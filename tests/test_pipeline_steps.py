@@ -15,8 +15,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from benchmark_illusion import datasteps, pipeline
 from benchmark_illusion import params as rule_params
-from benchmark_illusion import pipeline
 from benchmark_illusion.config import validate_config
 from benchmark_illusion.io import write_parquet
 from conftest import BUNDLED, ROOT, make_tiny_model
@@ -93,10 +93,10 @@ def tiny_dir(tmp_path_factory, bundled_tokenizer):
 @pytest.fixture(scope="module")
 def item_file(tmp_path_factory, config):
     tmp = tmp_path_factory.mktemp("items")
-    pipeline.download_dataset(
+    datasteps.download_dataset(
         Strict(rule_params.dataset(config, "sample")), "en", tmp / "raw.parquet"
     )
-    pipeline.build_items_file(
+    datasteps.build_items_file(
         tmp / "raw.parquet",
         tmp / "items.parquet",
         tmp / "report.json",
@@ -276,12 +276,12 @@ def test_prune_params_carry_method_settings_only_for_their_method(config):
 
 def test_seeded_order_is_stable_when_ids_are_added_and_changes_with_the_seed():
     ids = [f"item-{i}" for i in range(50)]
-    order = pipeline.seeded_order(ids, 7)
+    order = datasteps.seeded_order(ids, 7)
     assert sorted(order) == sorted(ids) and order != sorted(ids)
-    grown = pipeline.seeded_order(ids + ["new-1", "new-2"], 7)
+    grown = datasteps.seeded_order(ids + ["new-1", "new-2"], 7)
     assert [i for i in grown if i in set(ids)] == order  # adding items never reshuffles the others
-    assert pipeline.seeded_order(list(reversed(ids)), 7) == order  # input order does not matter
-    assert pipeline.seeded_order(ids, 8) != order
+    assert datasteps.seeded_order(list(reversed(ids)), 7) == order  # input order does not matter
+    assert datasteps.seeded_order(ids, 8) != order
 
 
 def pool_rows(outcomes: dict[str, tuple[bool, bool]]) -> pl.DataFrame:
@@ -304,7 +304,7 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
         pl.DataFrame({"item_id": list(outcomes), "question": ["?"] * 24}),
         tmp_path / "items.parquet",
     )
-    info = pipeline.select_items_file(
+    info = datasteps.select_items_file(
         tmp_path / "pool.parquet",
         tmp_path / "items.parquet",
         tmp_path / "sel.parquet",
@@ -312,7 +312,7 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
         seed=11,
     )
     selected = pl.read_parquet(tmp_path / "sel.parquet")
-    assert selected["item_id"].to_list() == sorted(pipeline.seeded_order(both, 11)[:5])
+    assert selected["item_id"].to_list() == sorted(datasteps.seeded_order(both, 11)[:5])
     assert info == {
         "pool": 24,
         "open_correct": 16,
@@ -322,7 +322,7 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
         "cap": 5,
     }
     assert selected.columns == ["item_id", "question"]
-    uncapped = pipeline.select_items_file(
+    uncapped = datasteps.select_items_file(
         tmp_path / "pool.parquet",
         tmp_path / "items.parquet",
         tmp_path / "all.parquet",
@@ -372,17 +372,39 @@ def test_evaluate_with_no_items_writes_an_empty_log_without_torch_or_a_model(tmp
 def test_select_items_needs_open_and_mc_and_writes_an_empty_table_when_none_qualify(tmp_path):
     write_parquet(pool_rows({"a": (True, False), "b": (False, True)}), tmp_path / "pool.parquet")
     write_parquet(pl.DataFrame({"item_id": ["a", "b"]}), tmp_path / "items.parquet")
-    info = pipeline.select_items_file(
+    info = datasteps.select_items_file(
         tmp_path / "pool.parquet", tmp_path / "items.parquet", tmp_path / "s.parquet", cap=5, seed=1
     )
     assert info["kept"] == 0 and pl.read_parquet(tmp_path / "s.parquet").height == 0
     no_mc = pool_rows({"a": (True, True)}).filter(pl.col("format") != "mc")
     write_parquet(no_mc, tmp_path / "pool.parquet")
     with pytest.raises(ValueError, match="evaluation.formats must include open and mc"):
-        pipeline.select_items_file(
+        datasteps.select_items_file(
             tmp_path / "pool.parquet",
             tmp_path / "items.parquet",
             tmp_path / "x.parquet",
             cap=5,
             seed=1,
         )
+
+
+def test_the_light_rules_import_no_torch():
+    """download_dataset, build_items, select_items, aggregate, competency_gaps and the figures
+    run in processes of their own (locally and on SLURM): importing torch would add seconds to
+    jobs that take a fraction of one. Their scripts import these modules."""
+    import re
+    import subprocess
+    import sys
+
+    light = ["download_dataset", "build_items", "select_items", "aggregate", "competency_gaps"]
+    light += ["figures", "concept_figures"]
+    modules = set()
+    for rule in light:
+        text = (ROOT / "workflow/scripts" / f"{rule}.py").read_text()
+        for line in re.findall(r"^from benchmark_illusion import (.+)$", text, flags=re.M):
+            modules |= {f"benchmark_illusion.{m.strip()}" for m in line.split(",")}
+    assert "benchmark_illusion.datasteps" in modules and "benchmark_illusion.aggregate" in modules
+    code = f"import importlib, sys\nfor m in {sorted(modules)!r}: importlib.import_module(m)\n"
+    code += "print('torch' in sys.modules, 'transformers' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout.split() == ["False", "False"]

@@ -46,11 +46,12 @@ import yaml
 from . import params as rule_params
 from .calibration import CalibrationError, make_windows
 from .data import load_raw, raw_path_for
+from .datasteps import seeded_order
 from .decoding import Tokens, stop_rule
 from .evaluate import RunMeta, evaluate_items
 from .items import build_items, validate_rows
 from .models import import_model, load_checkpoint
-from .pipeline import eval_settings, prune_settings, quantize_settings, seeded_order
+from .pipeline import eval_settings, prune_settings, quantize_settings
 from .pruning.layerwise import decoder_layers, prune_model
 from .quantization import Grid, QuantizeSettings, quantize_model
 from .recovery import recovery_rows

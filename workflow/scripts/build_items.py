@@ -1,7 +1,7 @@
-from benchmark_illusion import logs, pipeline
+from benchmark_illusion import datasteps, logs
 
 logs.to_file(snakemake.log[0])
-pipeline.build_items_file(
+datasteps.build_items_file(
     snakemake.input[0],
     snakemake.output.table,
     snakemake.output.report,

@@ -1,7 +1,7 @@
-from benchmark_illusion import logs, pipeline
+from benchmark_illusion import datasteps, logs
 
 logs.to_file(snakemake.log[0])
-pipeline.select_items_file(
+datasteps.select_items_file(
     snakemake.input.pool,
     snakemake.input.item_table,
     snakemake.output[0],
