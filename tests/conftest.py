@@ -21,6 +21,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def heavy_imports(code: str) -> tuple[str, set[str]]:
+    """Run `code` in a fresh interpreter; return its stdout and which of torch and transformers
+    it imported. For the steps that must start without them (the Snakefile's parse, the light
+    rules, an evaluate job with no items)."""
+    import subprocess
+    import sys
+
+    code += "\nimport sys as _s\n"
+    code += "print('HEAVY', *[m for m in ('torch', 'transformers') if m in _s.modules])"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out, _, heavy = res.stdout.rpartition("HEAVY")
+    return out, set(heavy.split())
+
+
 @pytest.fixture(scope="session")
 def bundled_tokenizer():
     """The real SmolLM2 tokenizer (with its chat template), read from the bundled GGUF."""
