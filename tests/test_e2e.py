@@ -1245,8 +1245,10 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     """SIGKILL mid-evaluation; the re-run with --rerun-incomplete writes the same rows as the
     uninterrupted run (every column but the wall time `seconds`)."""
     work, cfg = smoke_run
-    target = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/en.parquet"
-    rule_log = work / "logs/evaluate/smollm2-135m/wanda/unstructured/0.3/sample/en.log"
+    # Spanish: 5 selected items, half the re-run of the 10 English ones; the kill still lands
+    # mid-evaluation (1 s after the model is loaded, of about 10 s)
+    target = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
+    rule_log = work / "logs/evaluate/smollm2-135m/wanda/unstructured/0.3/sample/es.log"
     before = pl.read_parquet(work / target).drop("seconds")
     start_and_kill_mid_evaluation(work, cfg, target, rule_log, whole_run)
     if whole_run:
