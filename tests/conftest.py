@@ -43,6 +43,20 @@ def smoke_run_in_background(request, tmp_path_factory):
         run.stop()
 
 
+DEFAULT_THREADS = torch.get_num_threads()
+
+
+@pytest.fixture(autouse=True)
+def one_thread_beside_the_smoke_run():
+    """While the smoke run's jobs hold the CPUs, a test runs torch on one thread: two threads that
+    meet at a barrier after every operation stall whenever the scheduler gives one of the CPUs to
+    a smoke job (a bfloat16 test took 205 s instead of 9 beside it)."""
+    from smoke import STARTED
+
+    running = bool(STARTED) and STARTED[0].result is None
+    torch.set_num_threads(1 if running else DEFAULT_THREADS)
+
+
 def heavy_imports(code: str) -> tuple[str, set[str]]:
     """Run `code` in a fresh interpreter; return its stdout and which of torch and transformers
     it imported. For the steps that must start without them (the Snakefile's parse, the light
