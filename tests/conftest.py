@@ -43,6 +43,18 @@ def smoke_run_in_background(request, tmp_path_factory):
         run.stop()
 
 
+def pytest_terminal_summary(terminalreporter):
+    from smoke import STARTED
+
+    for run in STARTED:
+        if run.result is not None:
+            where = "through SLURM" if run.slurm else "locally"
+            terminalreporter.write_line(
+                f"end-to-end smoke run ({where}, in the background from the first test): "
+                f"{run.seconds:.0f} s"
+            )
+
+
 DEFAULT_THREADS = torch.get_num_threads()
 
 
