@@ -6,6 +6,7 @@ fixture waits for it. Through the test SLURM cluster where one answers, else loc
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,11 +119,12 @@ class Snakemake:
         return subprocess.CompletedProcess(self.cmd, rc, self.out.read(), self.err.read())
 
     def stop(self) -> None:
-        """SIGTERM (Snakemake cancels its SLURM jobs), then SIGKILL after a minute."""
+        """SIGINT, as Ctrl-C would send: Snakemake cancels its SLURM jobs and exits (on SIGTERM
+        it would wait for them to finish). SIGKILL if it has not exited after two minutes."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(signal.SIGINT)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
