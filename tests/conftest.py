@@ -65,8 +65,8 @@ def one_thread_beside_the_smoke_run():
     a smoke job (a bfloat16 test took 205 s instead of 9 beside it)."""
     from smoke import STARTED
 
-    running = bool(STARTED) and STARTED[0].result is None
-    torch.set_num_threads(1 if running else DEFAULT_THREADS)
+    beside = any(run.running for run in STARTED)
+    torch.set_num_threads(1 if beside else DEFAULT_THREADS)
 
 
 def heavy_imports(code: str) -> tuple[str, set[str]]:

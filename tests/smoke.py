@@ -114,9 +114,10 @@ class Snakemake:
         except subprocess.TimeoutExpired:
             self.stop()
             raise
-        self.out.seek(0)
-        self.err.seek(0)
-        return subprocess.CompletedProcess(self.cmd, rc, self.out.read(), self.err.read())
+        with self.out, self.err:
+            self.out.seek(0)
+            self.err.seek(0)
+            return subprocess.CompletedProcess(self.cmd, rc, self.out.read(), self.err.read())
 
     def stop(self) -> None:
         """SIGINT, as Ctrl-C would send: Snakemake cancels its SLURM jobs and exits (on SIGTERM
@@ -151,6 +152,11 @@ class SmokeRun:
         # the session, they are not (its jobs and Snakemake were started at the usual priority).
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
         os.setpriority(os.PRIO_PROCESS, 0, self.niceness + BESIDE_NICENESS)
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet waited for: the tests beside it share the CPUs with its jobs."""
+        return self.result is None
 
     def wait(self) -> subprocess.CompletedProcess:
         if self.result is None:
