@@ -21,11 +21,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
+def reads_smoke_run(item) -> bool:
+    return "smoke_run" in item.fixturenames
+
+
 def pytest_collection_modifyitems(config, items):
     """The modules that read the end-to-end smoke run go last, each kept in one piece (a module's
     fixtures would be set up again if its tests were split): the run itself starts when the
     session does (`smoke_run_in_background`), so the other modules' tests run while it does."""
-    late = {item.module for item in items if "smoke_run" in item.fixturenames}
+    late = {item.module for item in items if reads_smoke_run(item)}
     items.sort(key=lambda item: item.module in late)  # stable: the order within stays
 
 
@@ -36,7 +40,7 @@ def smoke_run_in_background(request, tmp_path_factory):
     Stopped (its SLURM jobs cancelled) if the session ends first."""
     from smoke import STARTED, smoke_run_started
 
-    if any("smoke_run" in item.fixturenames for item in request.session.items):
+    if any(reads_smoke_run(item) for item in request.session.items):
         smoke_run_started(tmp_path_factory)
     yield
     for run in STARTED:
@@ -47,7 +51,7 @@ def pytest_terminal_summary(terminalreporter):
     from smoke import STARTED
 
     for run in STARTED:
-        if run.result is not None:
+        if not run.running:
             where = "through SLURM" if run.slurm else "locally"
             terminalreporter.write_line(
                 f"end-to-end smoke run ({where}, in the background from the first test): "
