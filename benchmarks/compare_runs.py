@@ -6,9 +6,10 @@ safetensors: every tensor bit for bit, metadata as a mapping (key order is hash-
 JSON: parsed, keys naming timings aside. DuckDB: DESCRIBE and every row of every base table in
 stored order. Anything else: byte for byte. Exit status 1 when anything differs.
 
-Run both pipelines with the same core count (log-probs and pruned weights differ in their last
-bits between thread counts) and with DuckDB on one thread, so that float sums and the stored
-order of tables without ORDER BY are reproducible:
+Run both pipelines with the same core count (SparseGPT, GPTQ and the SAE take up to 4 threads,
+capped at --cores, and their weights differ between thread counts; docs/design.md,
+Determinism) and with DuckDB on one thread, so that float sums and the stored order of tables
+without ORDER BY are reproducible:
 
   PYTHONPATH=benchmarks/duckdb_one_thread:src .venv/bin/snakemake --cores 2 -d BEFORE ...
   (the same for AFTER, from the other commit's worktree)

@@ -16,9 +16,12 @@ from safetensors.torch import save_file
 
 from benchmark_illusion.cluster import (
     DEFAULT_PARAMS_B,
+    MODEL_JOB_THREADS,
     aggregate_resources,
     job_resources,
+    job_threads,
     parameter_count,
+    runs_on_gpu,
 )
 from dag import planned_jobs
 
@@ -92,6 +95,24 @@ GPU_RULES = (
     "concept_labels",
     "concept_activations",
 )
+
+
+def test_job_threads_one_per_cpu_job_where_the_thread_count_barely_matters():
+    for rule in ("evaluate", "evaluate_pool", "concept_labels", "concept_activations"):
+        assert job_threads(rule, "sparsegpt") == 1  # every method: evaluation of any checkpoint
+        assert job_threads(rule, gpu=True) == MODEL_JOB_THREADS
+    assert [job_threads("prune", m) for m in ("magnitude", "wanda", "sparsegpt")] == [1, 1, 4]
+    assert [job_threads("quantize", m) for m in ("rtn", "gptq")] == [1, 4]
+    assert job_threads("prune", "wanda", gpu=True) == job_threads("sae") == MODEL_JOB_THREADS
+
+
+def test_runs_on_gpu_follows_the_device_and_what_the_driver_lists(monkeypatch):
+    assert not runs_on_gpu("cpu") and runs_on_gpu("cuda") and runs_on_gpu("cuda:1")
+    assert runs_on_gpu("mps")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert not runs_on_gpu("auto")  # every device hidden
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert runs_on_gpu("auto") == torch.cuda.is_available()  # what torch itself would say here
 
 
 def dry_run(tmp_path, *args):

@@ -302,6 +302,141 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
     assert tuple(load_file(str(cal))["input_ids"].shape) == (8, 64)
 
 
+def same_but_last_bits(a: pl.DataFrame, b: pl.DataFrame, rtol: float = 1e-5) -> int:
+    """Assert that two tables hold the same rows in the same order: every column exactly, but
+    floats (and lists of floats) to `rtol`; return how many rows differ at all."""
+    assert a.columns == b.columns and a.height == b.height
+    differ = pl.Series([False] * a.height)
+    for c in a.columns:
+        x, y = a[c], b[c]
+        inner = x.dtype.inner if isinstance(x.dtype, pl.List) else x.dtype
+        if inner.is_float():
+            flat = [(x.explode(), y.explode())] if isinstance(x.dtype, pl.List) else [(x, y)]
+            for u, v in flat:
+                assert u.is_null().equals(v.is_null()), c
+                gap = (u - v).abs().fill_null(0.0)
+                assert (gap <= rtol * v.abs().fill_null(0.0) + 1e-12).all(), (c, gap.max())
+            if isinstance(x.dtype, pl.List):
+                assert x.list.len().equals(y.list.len()), c
+            differ = differ | ~(x.eq_missing(y).fill_null(False))
+        else:
+            assert x.equals(y, check_names=False), c
+    return int(differ.sum())
+
+
+def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
+    """The steps that run one thread per job on a CPU (cluster.ONE_THREAD_ON_CPU), run again at
+    two threads against what the smoke run's one-thread jobs wrote: a Wanda and an RTN
+    checkpoint's weights bit for bit; evaluation rows (answers, judgements, option choices,
+    gold ranks, beams and samples) exactly, their log-probs to 1e-5 relative; a benchmark's
+    concept activations likewise. If this fails, the thread count of those jobs changes results
+    on this machine, and the one-thread jobs are not the speed-up they were measured to be."""
+    import re
+
+    import torch
+    from safetensors.torch import load_file
+
+    from benchmark_illusion import concepts, pipeline
+    from benchmark_illusion import params as rule_params
+    from benchmark_illusion.config import load_config
+    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.pruning.layerwise import decoder_layers, prune_model
+    from benchmark_illusion.quantization import quantize_model
+
+    work, cfg = smoke_run
+    config = load_config(cfg, root=ROOT)
+    model = work / "resources/models/smollm2-135m"
+    wanda = work / "results/checkpoints/smollm2-135m/wanda/unstructured/0.3"
+    rtn = work / "results/checkpoints/smollm2-135m/rtn/int8-g128/0"
+    for log in (
+        "evaluate/smollm2-135m/wanda/unstructured/0.3/sample/es.log",
+        "prune/smollm2-135m/wanda/unstructured/0.3.log",
+    ):
+        text = (work / "logs" / log).read_text()
+        assert re.search(r"\(1 torch threads\)", text), log  # what the run's job used
+    assert json.loads((wanda / "sparsity.json").read_text())["torch_threads"] == 1
+    assert json.loads((rtn / "quantization.json").read_text())["torch_threads"] == 1
+    # SparseGPT keeps up to 4 threads, capped at the smoke run's 2 cores (1 on the test cluster)
+    sparsegpt = work / "results/checkpoints/smollm2-135m/sparsegpt/unstructured/0.3"
+    threads = json.loads((sparsegpt / "sparsity.json").read_text())["torch_threads"]
+    assert threads == (1 if SMOKE["slurm"] else 2)
+
+    # Block i is compressed from the outputs of the compressed blocks before it, so a model cut
+    # to its first 3 blocks, compressed at two threads, must reproduce the run's first 3 blocks.
+    torch.set_num_threads(2)
+    windows = load_file(str(work / "results/calibration/smollm2-135m.safetensors"))["input_ids"]
+    for ckpt, settings, step in (
+        (
+            wanda,
+            pipeline.prune_settings(
+                rule_params.prune(config, "smollm2-135m", "wanda"), "wanda", "unstructured", 0.3
+            ),
+            prune_model,
+        ),
+        (
+            rtn,
+            pipeline.quantize_settings(
+                rule_params.quantize(config, "smollm2-135m", "rtn"), "rtn", "int8-g128"
+            ),
+            quantize_model,
+        ),
+    ):
+        net, _ = load_checkpoint(model)
+        del decoder_layers(net)[3:]
+        net.config.num_hidden_layers = 3
+        step(net, windows, settings, progress=False)
+        theirs = load_file(str(ckpt / "model.safetensors"))
+        blocks = {k: v for k, v in net.state_dict().items() if ".layers." in k}
+        assert len(blocks) == 3 * 9  # 7 Linears and 2 norms per block
+        for k, v in blocks.items():
+            assert torch.equal(v, theirs[k]), (ckpt, k)
+
+    ids = dict(model="smollm2-135m", threads=2)
+    rows = pipeline.evaluate_file(
+        wanda,
+        work / "results/selected/smollm2-135m/sample/es.parquet",
+        tmp_path / "es.parquet",
+        rule_params.evaluation(config),
+        method="wanda",
+        structure="unstructured",
+        sparsity=0.3,
+        dataset="sample",
+        lang="es",
+        exemplar_items=work / "results/items/sample/es.parquet",
+        **ids,
+    )
+    assert torch.get_num_threads() == 2
+    ran = pl.read_parquet(
+        work / "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
+    )
+    assert set(rows["decode"]) == {"greedy", "loglik", "beam", "sample"}
+    differ = same_but_last_bits(rows.drop("seconds"), ran.drop("seconds"))
+
+    act = "results/concepts/smollm2-135m/activations/sample/es"
+    concepts.concept_activations_file(
+        work / "results/concepts/smollm2-135m/sae",
+        model,
+        work / "results/items/sample/es.parquet",
+        tmp_path / "act.parquet",
+        tmp_path / "act.tokens.parquet",
+        rule_params.activations(config),
+        model="smollm2-135m",
+        dataset="sample",
+        lang="es",
+    )
+    same_but_last_bits(
+        pl.read_parquet(tmp_path / "act.tokens.parquet"),
+        pl.read_parquet(work / f"{act}.tokens.parquet"),
+    )
+    differ_act = same_but_last_bits(
+        pl.read_parquet(tmp_path / "act.parquet"), pl.read_parquet(work / f"{act}.parquet")
+    )
+    print(
+        f"at two threads: {differ} of {rows.height} evaluation rows and {differ_act} activation "
+        "rows differ in the last bits of a float; weights identical"
+    )
+
+
 def test_every_quantized_checkpoint_is_on_its_grid_evaluated_and_in_the_tables(smoke_run):
     import json
 
@@ -1100,14 +1235,6 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
     return out
 
 
-def same_threads() -> list[str]:
-    """Snakemake arguments that give a local re-run's evaluate job the thread count the smoke
-    run's job had: 1 on the test cluster (tests/slurm/profile), else the rule's own (capped at
-    --cores 2, the same). Log-probs differ in their last bits between thread counts (matmul
-    reductions are split per thread), so rows are identical only at the same count."""
-    return ["--set-threads", "evaluate=1"] if SMOKE["slurm"] else []
-
-
 def start_and_kill_mid_evaluation(
     work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool
 ) -> None:
@@ -1119,7 +1246,7 @@ def start_and_kill_mid_evaluation(
 
     rule_log.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        snakemake_cmd(work, cfg, *same_threads(), "--forcerun", target, "--", target),
+        snakemake_cmd(work, cfg, "--forcerun", target, "--", target),
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -1162,7 +1289,7 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
         )  # a dry run takes no lock: try for real
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
         assert snakemake(work, cfg, "--unlock").returncode == 0
-    res = snakemake(work, cfg, *same_threads(), "--rerun-incomplete", target)
+    res = snakemake(work, cfg, "--rerun-incomplete", target)
     assert res.returncode == 0, res.stderr[-3000:]
     after = pl.read_parquet(work / target).drop("seconds")
     assert after.equals(before)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -119,3 +120,51 @@ def aggregate_resources(n_item_checkpoints: int, attempt: int = 1) -> dict:
     mem_gb = (1 + 4e-6 * n_item_checkpoints) * attempt  # paper grid: 239,400 pairs -> 2 GB
     minutes = (5 + n_item_checkpoints / 100_000) * attempt
     return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
+
+
+# ------------------------------------------------------------------------- threads per job
+
+# Model steps that run one thread per job on a CPU, side by side (one job per core). Two threads
+# made an evaluation only 1.26x faster on 2 cores, so two one-thread jobs do 1.6x the work; and a
+# thread count fixed by the step, not by --cores, gives the same rows on any number of cores.
+# What the thread count changes in them, measured on the bundled model (2-core AMD EPYC, CPU
+# torch 2.13, one thread against two): nothing in magnitude, Wanda or RTN weights or in the
+# concept labels (bit for bit); in evaluation rows no output, judgement, option choice or gold
+# rank, only log-probs in their last bits on some prompts (2 of the 90 rows of the es sample
+# pool, 1e-7 relative); in concept activations the same (one item of 30). test_e2e.py's
+# test_one_thread_steps_agree_at_two_threads re-checks it against the smoke run. SparseGPT, GPTQ
+# and the SAE's training change more (SparseGPT: 2 % of its mask): they keep MODEL_JOB_THREADS.
+ONE_THREAD_ON_CPU: dict[str, tuple[str, ...] | None] = {
+    "evaluate_pool": None,  # None: every method
+    "evaluate": None,
+    "concept_labels": None,
+    "concept_activations": None,
+    "prune": ("magnitude", "wanda"),
+    "quantize": ("rtn",),
+}
+MODEL_JOB_THREADS = 4  # every other model job, and all of them on a GPU; capped at --cores
+
+
+def job_threads(rule: str, method: str | None = None, gpu: bool = False) -> int:
+    """Threads of one `rule` job (for `method`, where the rule has one): 1 on the CPU for the
+    steps in ONE_THREAD_ON_CPU, else MODEL_JOB_THREADS (Snakemake caps it at --cores). On a GPU
+    every model job keeps MODEL_JOB_THREADS, so that no more of them share the GPU than before."""
+    if not gpu and rule in ONE_THREAD_ON_CPU:
+        methods = ONE_THREAD_ON_CPU[rule]
+        if methods is None or method in methods:
+            return 1
+    return MODEL_JOB_THREADS
+
+
+def runs_on_gpu(device: str) -> bool:
+    """Whether model jobs will run on a GPU (config evaluation.device), told without importing
+    torch: 'cpu' never, 'cuda…' / 'mps' always, 'auto' when the NVIDIA driver lists a GPU (or
+    ROCm's /dev/kfd exists) and CUDA_VISIBLE_DEVICES does not hide every device."""
+    if device == "cpu":
+        return False
+    if device != "auto":
+        return True
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1"):
+        return False
+    nvidia = Path("/proc/driver/nvidia/gpus")
+    return (nvidia.is_dir() and any(nvidia.iterdir())) or Path("/dev/kfd").exists()

@@ -141,7 +141,13 @@ def evaluate_file(
     device = resolve_device(device)
     t0 = time.perf_counter()
     net, tok = load_checkpoint(checkpoint, params["evaluation"]["dtype"], device, trust_remote_code)
-    log.info("loaded %s on %s in %.1fs", checkpoint, device, time.perf_counter() - t0)
+    log.info(
+        "loaded %s on %s in %.1fs (%d torch threads)",
+        checkpoint,
+        device,
+        time.perf_counter() - t0,
+        torch.get_num_threads(),
+    )
     meta = RunMeta(
         model=model,
         method=method,
@@ -243,7 +249,7 @@ def _load_for_compression(model_dir, calibration, dtype, device, trust_remote_co
         torch.set_num_threads(threads)
     device = resolve_device(device)
     net, tok = load_checkpoint(model_dir, dtype, device, trust_remote_code)
-    log.info("loaded %s on %s", model_dir, device)
+    log.info("loaded %s on %s (%d torch threads)", model_dir, device, torch.get_num_threads())
     windows = load_file(str(calibration))["input_ids"] if calibration else None
     return net, tok, windows, device
 
@@ -307,6 +313,8 @@ def prune_file(
     )
     report = prune_model(net, windows, settings)
     report["model"] = model
+    # SparseGPT's weights depend on it (float sums split per thread); magnitude's and Wanda's not
+    report["torch_threads"] = torch.get_num_threads()
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     report["tolerance"] = params["tolerance"]
     check_report(report, params["tolerance"])
@@ -378,6 +386,7 @@ def quantize_file(
     )
     report = quant.quantize_model(net, windows, settings)
     report["model"] = model
+    report["torch_threads"] = torch.get_num_threads()  # GPTQ's weights depend on it, RTN's not
     report["dtype"] = params["dtype"]
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     quant.check_report(report)

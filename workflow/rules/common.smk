@@ -244,6 +244,21 @@ def sized(kind, key):
     return resource
 
 
+def threads_of(rule):
+    """A threads function for the model jobs of `rule` (cluster.job_threads): on a CPU one
+    thread per job for the steps whose results barely depend on the thread count (they run
+    side by side), else 4, capped at --cores. A profile's set-threads overrides it.
+    """
+    from benchmark_illusion.cluster import job_threads, runs_on_gpu
+
+    gpu = runs_on_gpu(config["evaluation"]["device"])
+
+    def threads(wildcards):
+        return job_threads(rule, wildcards.get("method"), gpu)
+
+    return threads
+
+
 def aggregate_sized(key):
     """A resource function for the aggregation: grows with items x checkpoints."""
     from benchmark_illusion.cluster import aggregate_resources

@@ -13,7 +13,7 @@ rule sae:
     benchmark:
         "logs/benchmarks/sae/{model}.tsv"
     priority: 20
-    threads: 4  # capped at --cores locally; profiles may set-threads
+    threads: threads_of("sae")  # 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("sae", "mem_mb"),
         runtime=sized("sae", "runtime"),
@@ -33,7 +33,7 @@ rule concept_labels:
         "logs/concept_labels/{model}.log",
     benchmark:
         "logs/benchmarks/concept_labels/{model}.tsv"
-    threads: 4
+    threads: threads_of("concept_labels")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),
@@ -55,7 +55,7 @@ rule concept_activations:
         "logs/concept_activations/{model}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/concept_activations/{model}/{dataset}/{lang}.tsv"
-    threads: 4
+    threads: threads_of("concept_activations")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),

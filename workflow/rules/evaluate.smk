@@ -9,7 +9,7 @@ rule evaluate_pool:
     benchmark:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
     priority: 30  # gates the item selection, hence every evaluate job: see docs/cluster.md
-    threads: 4  # capped at --cores locally; profiles may set-threads
+    threads: threads_of("evaluate_pool")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("evaluate", "mem_mb"),
         runtime=sized("evaluate", "runtime"),

@@ -31,7 +31,7 @@ rule prune:
         method=PRUNE_METHODS,
         structure=PRUNE_STRUCTURES,
     priority: 20  # a checkpoint first, its evaluations after: see docs/cluster.md
-    threads: 4  # capped at --cores locally; profiles may set-threads
+    threads: threads_of("prune")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("prune", "mem_mb"),
         runtime=sized("prune", "runtime"),
@@ -58,7 +58,7 @@ rule quantize:
         structure=QUANT_STRUCTURES,
         sparsity="0",
     priority: 20
-    threads: 4  # capped at --cores locally; profiles may set-threads
+    threads: threads_of("quantize")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("prune", "mem_mb"),  # the same block-by-block pass as pruning
         runtime=sized("prune", "runtime"),
@@ -84,7 +84,7 @@ rule evaluate:
         # pruned checkpoint, so that its MC-only rate and drops are the noise floor
         method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}",
         structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
-    threads: 4  # capped at --cores locally; profiles may set-threads
+    threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): common.smk
     resources:
         mem_mb=sized("evaluate", "mem_mb"),
         runtime=sized("evaluate", "runtime"),
