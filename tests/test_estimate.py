@@ -33,6 +33,7 @@ TIMING = Timing(
     kept_share=0.25,
     prune={"magnitude": 10.0, "wanda": 60.0},
     quantize={"rtn": 5.0, "gptq": 80.0},
+    compress_threads={"magnitude": 1, "wanda": 1, "rtn": 1, "gptq": 2},
 )
 
 
@@ -68,11 +69,16 @@ def test_selection_is_capped_and_candidates_counted_only_when_configured():
 
 def test_wall_time_local_shares_the_cores_and_slurm_runs_rules_in_waves():
     costs = plan(config(), [TIMING], {("xquad", "en"): 500, ("xquad", "de"): 40})
-    total = sum(c.cpu_seconds for c in costs)
-    assert wall_seconds(costs, cores=2, threads=2, slurm_jobs=None) == pytest.approx(total)
-    assert wall_seconds(costs, cores=8, threads=2, slurm_jobs=None) == pytest.approx(total / 4)
     by = {c.rule: c for c in costs}
+    # a job holds as many cores as it has threads: evaluations (timed at 2) and GPTQ 2,
+    # magnitude, Wanda and RTN 1
+    assert by["evaluate"].core_seconds == pytest.approx(2 * by["evaluate"].cpu_seconds)
+    assert by["prune"].core_seconds == pytest.approx(by["prune"].cpu_seconds)
+    assert by["quantize"].core_seconds == pytest.approx(3 * (5.0 * 1 + 80.0 * 2))
+    core_seconds = sum(c.core_seconds for c in costs)
+    assert wall_seconds(costs, cores=2, slurm_jobs=None) == pytest.approx(core_seconds / 2)
+    assert wall_seconds(costs, cores=8, slurm_jobs=None) == pytest.approx(core_seconds / 8)
     waves = sum(c.longest_job * math.ceil(c.jobs / 4) for c in costs)
-    assert wall_seconds(costs, cores=2, threads=2, slurm_jobs=4) == pytest.approx(waves)
+    assert wall_seconds(costs, cores=2, slurm_jobs=4) == pytest.approx(waves)
     one_wave = sum(c.longest_job for c in by.values())
-    assert wall_seconds(costs, cores=2, threads=2, slurm_jobs=1000) == pytest.approx(one_wave)
+    assert wall_seconds(costs, cores=2, slurm_jobs=1000) == pytest.approx(one_wave)

@@ -23,10 +23,12 @@ It then counts the jobs the DAG will run and multiplies:
                  x the number of blocks
 Rules not timed here (SAE, concept rules, aggregation, figures) are listed as such.
 
-Wall time: locally the jobs share `cores` (each evaluation job uses the threads it was timed
-with); on SLURM every job of a rule runs at once up to the profile's `jobs`, at the measured
-per-job speed (a GPU node is faster: the estimate is then an upper bound), one rule after the
-other along the DAG (pool, prune, quantize, evaluate).
+Each part is timed at the thread count its job gets here (cluster.job_threads, capped at the
+cores: one thread for evaluation, magnitude, Wanda and RTN; more for SparseGPT and GPTQ).
+Wall time: locally the jobs share `cores` (a job holds as many cores as it has threads); on
+SLURM every job of a rule runs at once up to the profile's `jobs`, at the measured per-job
+speed (a GPU node is faster: the estimate is then an upper bound), one rule after the other
+along the DAG (pool, prune, quantize, evaluate).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import yaml
 
 from . import params as rule_params
 from .calibration import CalibrationError, make_windows
+from .cluster import job_threads
 from .data import load_raw, raw_path_for
 from .datasteps import seeded_order
 from .decoding import Tokens, stop_rule
@@ -62,10 +65,11 @@ PARTS = ("open+mc", "candidates", "beam", "sample", "oneshot")
 
 @dataclass
 class Timing:
-    """Measured on `n_items` items with `threads` torch threads: seconds per item per part,
-    prompt tokens per item, the dense model's share right in open and mc, and seconds per
-    pruned or quantized checkpoint per method (its first decoder block pruned or quantized on the
-    configured calibration windows, times the number of blocks)."""
+    """Measured on `n_items` items with `threads` torch threads (an evaluation job's): seconds
+    per item per part, prompt tokens per item, the dense model's share right in open and mc,
+    and seconds per pruned or quantized checkpoint per method (its first decoder block pruned
+    or quantized on the configured calibration windows, times the number of blocks) at
+    `compress_threads[method]` threads (that method's job's)."""
 
     model: str
     n_items: int
@@ -75,6 +79,7 @@ class Timing:
     kept_share: float = 0.0
     prune: dict[str, float] = field(default_factory=dict)  # seconds per checkpoint
     quantize: dict[str, float] = field(default_factory=dict)  # seconds per checkpoint
+    compress_threads: dict[str, int] = field(default_factory=dict)  # per prune/quantize method
 
 
 @dataclass
@@ -83,8 +88,9 @@ class RuleCost:
     jobs: int
     items: int  # item evaluations (0 for prune)
     tokens: int  # prompt tokens through the model (0 for prune)
-    cpu_seconds: float
+    cpu_seconds: float  # the jobs' run times added up
     longest_job: float
+    core_seconds: float = 0.0  # each job's run time x the cores it holds (its threads)
 
 
 def _load(name: str, cfg: dict, root: Path, tmp: Path):
@@ -113,10 +119,29 @@ def _items(config: dict, root: Path) -> tuple[pl.DataFrame, str, str]:
     return items, dataset, lang
 
 
-def measure(config: dict, root: Path, n_items: int | None = None) -> list[Timing]:
+def measure(
+    config: dict, root: Path, n_items: int | None = None, cores: int | None = None
+) -> list[Timing]:
     """Time every configured model on n_items items per part (default: one batch,
     evaluation.batch_size; fewer items would leave each batch's fixed cost on too few) and a
-    one-block prune per method. An untimed first evaluation warms the model up."""
+    one-block prune per method, each at its job's thread count here (capped at `cores`). An
+    untimed first evaluation warms the model up."""
+    cores = cores or os.cpu_count() or 1
+    before = torch.get_num_threads()
+    try:
+        return _measure(config, root, n_items, cores)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _threads(rule: str, cores: int, method: str | None = None) -> int:
+    """The torch threads of a CPU `rule` job here, set for timing it; returned."""
+    n = min(cores, job_threads(rule, method, gpu=False))
+    torch.set_num_threads(n)
+    return n
+
+
+def _measure(config: dict, root: Path, n_items: int | None, cores: int) -> list[Timing]:
     n_items = n_items or config["evaluation"]["batch_size"]
     items, dataset, lang = _items(config, root)
     keep = seeded_order(items["item_id"].to_list(), config["seed"])[:n_items]
@@ -128,7 +153,7 @@ def measure(config: dict, root: Path, n_items: int | None = None) -> list[Timing
     for name in sorted(config["models"]):
         with tempfile.TemporaryDirectory() as tmp:
             model, tok = _load(name, config["models"][name], root, Path(tmp))
-        t = Timing(name, sample.height, torch.get_num_threads())
+        t = Timing(name, sample.height, _threads("evaluate", cores))
         meta = RunMeta(name, dataset=dataset, lang=lang)
         warm = replace(settings, formats=("open", "mc"), recovery=RecoverySettings.only())
         evaluate_items(model, tok, sample.head(1), warm, meta, progress=False)
@@ -171,11 +196,13 @@ def measure(config: dict, root: Path, n_items: int | None = None) -> list[Timing
             p = rule_params.prune(config, name, method)
             sparsity = (config["pruning"]["sparsities"] or [0.5])[0]
             ps = prune_settings(p, method, "unstructured", sparsity)
+            t.compress_threads[method] = _threads("prune", cores, method)
             t.prune[method] = _first_layer_seconds(model, windows, ps) * n_layers
         q = config["quantization"]
         for method in q["methods"] if q["bits"] else []:
             grid = Grid(q["bits"][0], q["group_size"], q["symmetric"])
             qs = quantize_settings(rule_params.quantize(config, name, method), method, str(grid))
+            t.compress_threads[method] = _threads("quantize", cores, method)
             t.quantize[method] = _first_layer_seconds(model, windows, qs) * n_layers
         out.append(t)
     return out
@@ -240,6 +267,7 @@ def plan(
             c.items += pool
             c.tokens += int(pool * t.prompt_tokens * len(pool_formats))
             c.cpu_seconds += pool * per_pool_item
+            c.core_seconds += pool * per_pool_item * t.threads
             c.longest_job = max(c.longest_job, pool * per_pool_item)
             n_ckpt = _checkpoints(config)
             c = costs["evaluate"]
@@ -248,29 +276,31 @@ def plan(
             prompts = len(pool_formats) + len(decodes)
             c.tokens += int(n_ckpt * selected * t.prompt_tokens * prompts)
             c.cpu_seconds += n_ckpt * selected * per_eval_item
+            c.core_seconds += n_ckpt * selected * per_eval_item * t.threads
             c.longest_job = max(c.longest_job, selected * per_eval_item)
         pr = config["pruning"]
-        for sec in t.prune.values():
+        for method, sec in t.prune.items():
             n = len(pr["sparsities"]) + len(pr.get("nm") or [])
             c = costs["prune"]
             c.jobs += n
             c.cpu_seconds += n * sec
+            c.core_seconds += n * sec * t.compress_threads.get(method, t.threads)
             c.longest_job = max(c.longest_job, sec)
-        for sec in t.quantize.values():  # each bit width costs about the same
+        for method, sec in t.quantize.items():  # each bit width costs about the same
             n = len(config["quantization"]["bits"])
             c = costs["quantize"]
             c.jobs += n
             c.cpu_seconds += n * sec
+            c.core_seconds += n * sec * t.compress_threads.get(method, t.threads)
             c.longest_job = max(c.longest_job, sec)
     return list(costs.values())
 
 
-def wall_seconds(costs: list[RuleCost], cores: int, threads: int, slurm_jobs: int | None) -> float:
-    """Local: the rules' CPU time over the jobs that fit the cores at once. SLURM: per rule,
+def wall_seconds(costs: list[RuleCost], cores: int, slurm_jobs: int | None) -> float:
+    """Local: the jobs' core-seconds (run time x threads) shared by the cores. SLURM: per rule,
     the longest job times the waves the jobs limit needs, rule after rule."""
     if slurm_jobs is None:
-        parallel = max(1, cores // max(1, threads))
-        return sum(c.cpu_seconds for c in costs) / parallel
+        return sum(c.core_seconds for c in costs) / max(1, cores)
     return sum(c.longest_job * math.ceil(c.jobs / slurm_jobs) for c in costs if c.jobs)
 
 
@@ -306,23 +336,26 @@ def slurm_jobs_limit(root: Path) -> int | None:
 def estimate(config: dict, root: Path, n_items: int | None = None, cores: int | None = None) -> str:
     """Measure, plan and return the printed report."""
     cores = cores or os.cpu_count() or 1
-    timings = measure(config, root, n_items)
+    timings = measure(config, root, n_items, cores)
     available = {
         (ds, lang): _available(config, root, ds, lang)
         for ds in config["datasets"]
         for lang in config["datasets"][ds]["languages"]
     }
     costs = plan(config, timings, available)
-    threads = max(t.threads for t in timings)
     jobs = slurm_jobs_limit(root)
     lines = []
     for t in timings:
         parts = ", ".join(f"{k} {v:.2f}" for k, v in t.per_item.items())
-        prunes = ", ".join(f"{k} {v:.1f}" for k, v in {**t.prune, **t.quantize}.items())
+        prunes = ", ".join(
+            f"{k} {v:.1f} ({t.compress_threads.get(k, t.threads)})"
+            for k, v in {**t.prune, **t.quantize}.items()
+        )
         lines += [
-            f"{t.model}: timed on {t.n_items} items with {t.threads} threads: seconds per item: "
-            f"{parts}; {t.prompt_tokens:.0f} prompt tokens per item; right in open and mc: "
-            f"{t.kept_share:.0%}; seconds per pruned or quantized checkpoint: {prunes}",
+            f"{t.model}: timed on {t.n_items} items with {t.threads} threads (an evaluation "
+            f"job's): seconds per item: {parts}; {t.prompt_tokens:.0f} prompt tokens per item; "
+            f"right in open and mc: {t.kept_share:.0%}; seconds per pruned or quantized "
+            f"checkpoint (threads): {prunes}",
         ]
     lines += ["", f"{'rule':15} {'jobs':>6} {'items':>8} {'tokens':>12} {'CPU time':>10}"]
     for c in costs:
@@ -334,11 +367,11 @@ def estimate(config: dict, root: Path, n_items: int | None = None, cores: int | 
         f"{'total':15} {sum(c.jobs for c in costs):>6} {sum(c.items for c in costs):>8} "
         f"{sum(c.tokens for c in costs):>12} {_hms(total):>10}",
         "",
-        f"wall time here ({cores} cores, {threads} threads per job): "
-        f"{_hms(wall_seconds(costs, cores, threads, None))}",
+        f"wall time here ({cores} cores shared by the jobs' threads): "
+        f"{_hms(wall_seconds(costs, cores, None))}",
     ]
     if jobs is not None:
-        slurm = wall_seconds(costs, cores, threads, jobs)
+        slurm = wall_seconds(costs, cores, jobs)
         lines.append(
             f"wall time on SLURM (profiles/slurm: up to {jobs} jobs at once, each at this "
             f"machine's speed; faster on GPU nodes): {_hms(slurm)}"
