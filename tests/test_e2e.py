@@ -306,7 +306,7 @@ def same_but_last_bits(a: pl.DataFrame, b: pl.DataFrame, rtol: float = 1e-5) -> 
     """Assert that two tables hold the same rows in the same order: every column exactly, but
     floats (and lists of floats) to `rtol`; return how many rows differ at all."""
     assert a.columns == b.columns and a.height == b.height
-    differ = pl.Series([False] * a.height)
+    differ = pl.Series("differ", [False] * a.height, dtype=pl.Boolean)
     for c in a.columns:
         x, y = a[c], b[c]
         inner = x.dtype.inner if isinstance(x.dtype, pl.List) else x.dtype
@@ -318,7 +318,7 @@ def same_but_last_bits(a: pl.DataFrame, b: pl.DataFrame, rtol: float = 1e-5) -> 
                 assert (gap <= rtol * v.abs().fill_null(0.0) + 1e-12).all(), (c, gap.max())
             if isinstance(x.dtype, pl.List):
                 assert x.list.len().equals(y.list.len()), c
-            differ = differ | ~(x.eq_missing(y).fill_null(False))
+            differ = differ | ~x.eq_missing(y).fill_null(False)
         else:
             assert x.equals(y, check_names=False), c
     return int(differ.sum())
