@@ -391,7 +391,6 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
         for k, v in blocks.items():
             assert torch.equal(v, theirs[k]), (ckpt, k)
 
-    ids = dict(model="smollm2-135m", threads=2)
     rows = pipeline.evaluate_file(
         wanda,
         work / "results/selected/smollm2-135m/sample/es.parquet",
@@ -403,7 +402,8 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
         dataset="sample",
         lang="es",
         exemplar_items=work / "results/items/sample/es.parquet",
-        **ids,
+        model="smollm2-135m",
+        threads=2,
     )
     assert torch.get_num_threads() == 2
     ran = pl.read_parquet(
