@@ -1295,6 +1295,6 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     assert after.equals(before)
     # the database is stale now (its input is newer): the next full run redoes only the aggregation
     res = snakemake(work, cfg, "-n")
+    # Not re-run here: the rows are the same, so only the database's mtime is stale, and no test
+    # after this one reads the smoke run's folder (it is the module's last)
     assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
-    if whole_run:  # the last variant: it runs that aggregation once for both (~40 s each)
-        assert snakemake(work, cfg).returncode == 0
