@@ -1293,8 +1293,7 @@ def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
     assert res.returncode == 0, res.stderr[-3000:]
     after = pl.read_parquet(work / target).drop("seconds")
     assert after.equals(before)
-    # the database is stale now (its input is newer): the next full run redoes only the aggregation
+    # the database is stale now (its input is newer, its rows the same): the next full run redoes
+    # only the aggregation. Not run here: no test after this one reads the smoke run's folder
     res = snakemake(work, cfg, "-n")
-    # Not re-run here: the rows are the same, so only the database's mtime is stale, and no test
-    # after this one reads the smoke run's folder (it is the module's last)
     assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
