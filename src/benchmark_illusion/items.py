@@ -10,8 +10,10 @@ Distractors (`build_items(..., distractors=...)`, config `items.distractors`):
     so "which option is written in the passage" cannot tell the gold apart. In order:
     the first answers of the other questions on the same passage; the first answers of
     other questions of the language that occur in this passage (verbatim, on judge-token
-    boundaries) and are of the gold's kind and length; then spans of the passage of the
-    gold's kind and length (see `_Passage` and `_choose_passage_distractors`);
+    boundaries); then spans of the passage. Every source keeps only candidates of the
+    gold's kind (number / capitalised / other, `_kind`), so no option stands out as the
+    only number or the only name; the last two also only of the gold's length
+    (`_length_range`; see `_Passage` and `_choose_passage_distractors`);
   * 'other_answers' (the behaviour before 'passage' existed, kept exactly): the first
     answers of the other questions on the same passage, then first answers of other items
     of the language, same kind (numeric or text) first.
@@ -341,12 +343,13 @@ def _choose_distractors(
 # Thai vowel signs written before their consonant can still end up split from it: a span
 # is cut at characters, not at syllables.
 #
-# Kind. 'digit' (contains a digit), 'upper' (starts with an upper-case letter: only
-# cased scripts have those), 'other'. Among 'upper' spans, name-like ones are preferred:
-# those that also end with a capitalised word ("Sorr River", "University of Chicago"; not
-# "Elbrin is") and, when they start a sentence, whose first word is also capitalised
-# somewhere in the passage where it does not start a sentence (the capital is then not
-# just the sentence start's: not "The lake"). The others are used only after them.
+# Kind. 'digit' (contains a decimal digit of any script, `_kind`), 'upper' (starts with an
+# upper-case letter: only cased scripts have those), 'other'. Among 'upper' spans, name-like
+# ones are preferred: those that also end with a capitalised word ("Sorr River",
+# "University of Chicago"; not "Elbrin is") and, when they start a sentence, whose first
+# word is also capitalised somewhere in the passage where it does not start a sentence
+# (the capital is then not just the sentence start's: not "The lake"). The others are used
+# only after them.
 # A span never ends with a word that has no judge tokens (an English article).
 
 _SENTENCE_END = frozenset("。！？।؟۔")
@@ -427,9 +430,13 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 
 def _kind(text: str) -> str:
-    """'digit' (contains a digit), 'upper' (its first letter or digit is an upper-case
-    letter), else 'other'."""
-    if any(ch.isdigit() for ch in text):
+    """'digit' (contains a decimal digit of any script: 0-9, ٠-٩, ०-९, ๐-๙, ０-９, ...),
+    'upper' (its first letter or digit is an upper-case letter), else 'other'.
+
+    Superscripts and circled digits ("km²", a footnote mark "¹", "①") are not decimal
+    digits, so they make nothing a number; nor do number words or CJK numerals ("three",
+    "三次"), in any script alike."""
+    if any(ch.isdecimal() for ch in text):
         return "digit"
     first = next((ch for ch in text if ch.isalnum()), "")
     return "upper" if first.isupper() or first.istitle() else "other"
@@ -612,17 +619,24 @@ def _choose_passage_distractors(
 ) -> tuple[list[str], list[str]]:
     """'passage' mode: up to n distractors that occur verbatim in the passage.
 
-    In order: (1) `passage_texts` (the first answers of the other questions on this
-    passage), keyed random order; (2) first answers of other questions of the language
-    that occur in this passage (verbatim and as a run of its judge tokens) and (3) spans
-    of the passage (`_Passage`), both only of the gold's kind (`_kind`) with between half
-    and one and a half times the gold's judge-token count (`_length_range`), ordered by
-    the distance of their token count from the gold's, shorter before longer at the same
-    distance, then keyed random order (spans: name-like 'upper' spans before the others,
-    see `_Passage`, then that order). A candidate is rejected when it has no tokens, does
-    not occur in the passage, is equal to, contains or is contained in any gold or chosen
-    distractor after normalisation (`_overlap_tokens`), or shares characters of the passage
-    with a chosen distractor (any occurrence of either). Returns (texts, sources): 'answer'
+    Every source keeps only candidates of the gold's kind (`_kind`), so that no option
+    differs from the others by being a number, a name or neither, which a question's
+    wording often gives away. In order: (1) `passage_texts` (the first answers of the
+    other questions on this passage), keyed random order; (2) first answers of other
+    questions of the language that occur in this passage (verbatim and as a run of its
+    judge tokens) and (3) spans of the passage (`_Passage`), both also only with between
+    half and one and a half times the gold's judge-token count (`_length_range`), ordered
+    by the distance of their token count from the gold's, shorter before longer at the
+    same distance, then keyed random order (spans: name-like 'upper' spans before the
+    others, see `_Passage`, then that order). (1) has no length window: those answers are
+    answer-shaped phrases chosen by annotators, their length is no cue (on XQuAD a
+    "longest" or "shortest option" guess is right about a quarter of the time), and a
+    window would replace many of them with spans, which are weaker distractors; the
+    window is what makes an enumerated span or a found answer answer-sized. A candidate
+    is rejected when it has no tokens, does not occur in the passage, is equal to,
+    contains or is contained in any gold or chosen distractor after normalisation
+    (`_overlap_tokens`), or shares characters of the passage with a chosen distractor
+    (any occurrence of either). Returns (texts, sources): 'answer'
     for (1) and (2), 'span' for (3).
     """
     n_gold = len(tokenize(gold, passage.lang))
@@ -655,7 +669,10 @@ def _choose_passage_distractors(
         for i in _keyed_rank(hashes, key):
             if len(chosen) == n:
                 return chosen, sources
-            consider(passage_texts[i], tuple(tokenize(passage_texts[i], passage.lang)), "answer")
+            text = passage_texts[i]
+            # Of the gold's kind, as (2) and (3), but of any length: see the docstring.
+            if _kind(text) == kind:
+                consider(text, tuple(tokenize(text, passage.lang)), "answer")
 
     if len(chosen) < n:
         if passage.answers is None:
@@ -698,7 +715,7 @@ def build_items(
       * 'passage': only texts that occur verbatim in the row's passage: the first answers
         of the other questions on the same passage (same lang and context), then other
         first answers of the language found in the passage, then spans of the passage;
-        the last two of the kind and length of the row's first answer
+        all three of the kind of the row's first answer, the last two also of its length
         (`_choose_passage_distractors`);
       * 'other_answers': the first answers of the other questions on the same passage,
         then first answers of other items of the same language and the same kind (numeric
