@@ -23,7 +23,7 @@ include: "workflow/rules/common.smk"
 # Wildcard patterns of every rule (the names come from the config, through common.smk).
 wildcard_constraints:
     model=one_of(MODELS),
-    method=f"{PRUNE_METHODS}|{QUANT_METHODS}",
+    method=f"{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}",
     structure=f"{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
     sparsity="0|0\\.[0-9]+",
     dataset=one_of(DATASETS),
@@ -34,6 +34,7 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/prune.smk"
+include: "workflow/rules/perturb.smk"
 include: "workflow/rules/aggregate.smk"
 
 

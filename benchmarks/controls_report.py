@@ -1,5 +1,8 @@
 """The controls beside the headline numbers of one results database, as markdown tables: the
-dense selection, oracle vs greedy accuracy (dense and pruned, pooled and per language),
+dense selection, the MC-only split (verbose / demoted / erased / untested) under the strict and
+the sentence-tolerant verdicts beside the no-passage accuracy, both guessing adjustments and
+both floors, recovery beside false recovery against every distractor, gold rank within each
+language, oracle vs greedy accuracy (dense and pruned, pooled and per language),
 recovery beside false recovery, MC-only rates with the noise floor and the guessing
 adjustment, and how many concepts survive the FDR control.
 
@@ -33,8 +36,44 @@ TABLES = {
     "MC-only rate, noise floor, guessing (all languages)": (
         f"SELECT {CKPT}, n_items, n_mc_only, mc_only_rate, mc_only_ci_low, "
         "mc_only_ci_high, noise_floor, mc_only_guess_adj, guess_adj_ci_low, guess_adj_ci_high, "
-        "mc_chance_adj, n_demoted, n_erased, n_demoted_decoy FROM mc_only WHERE lang = 'all' "
+        "mc_chance_adj, n_demoted, n_erased, n_demoted_false FROM mc_only WHERE lang = 'all' "
         f"ORDER BY {CKPT}"
+    ),
+    "MC-only split, strict and sentence-tolerant, with every floor (all languages)": (
+        "SELECT method, structure, sparsity, bits, n_items, "
+        "printf('%.2f [%.2f, %.2f]', mc_only_rate, mc_only_ci_low, mc_only_ci_high) AS strict, "
+        "printf('%.2f [%.2f, %.2f]', mc_only_sentence_rate, mc_only_sentence_ci_low, "
+        "mc_only_sentence_ci_high) AS sentence, "
+        "n_mc_only_verbose AS verbose, n_mc_only_demoted AS demoted, "
+        "n_mc_only_erased AS erased, n_mc_only_untested AS untested, "
+        "printf('%.2f [%.2f, %.2f]', acc_mc_nopassage, mc_nopassage_ci_low, mc_nopassage_ci_high) "
+        "AS mc_no_passage, "
+        "printf('%.2f [%.2f, %.2f]', mc_only_guess_adj, guess_adj_ci_low, guess_adj_ci_high) "
+        "AS guess_adj_1_over_k, "
+        "printf('%.2f [%.2f, %.2f]', mc_only_guess_adj_nopassage, guess_adj_nopassage_ci_low, "
+        "guess_adj_nopassage_ci_high) AS guess_adj_measured, "
+        "noise_floor AS numeric_floor, "
+        "printf('%.2f [%.2f, %.2f]', perturbation_floor, perturbation_floor_ci_low, "
+        "perturbation_floor_ci_high) AS perturbation_floor "
+        "FROM mc_only WHERE lang = 'all' AND method NOT LIKE 'noise%' "
+        "ORDER BY method <> 'dense', method, structure, sparsity"
+    ),
+    "Recovery of MC-only items beside false recovery against every distractor (all languages)": (
+        "SELECT method, structure, sparsity, bits, decode, n_items, "
+        "printf('%.2f [%.2f, %.2f]', rate, ci_low, ci_high) AS strict, "
+        "printf('%.2f / %.2f', false_recovery_mean, false_recovery_rate) AS false_mean_max, "
+        "printf('%.2f [%.2f, %.2f]', corrected_rate, corrected_ci_low, corrected_ci_high) "
+        "AS corrected, n_items_sentence, "
+        "printf('%.2f [%.2f, %.2f]', rate_sentence, sentence_ci_low, sentence_ci_high) "
+        "AS sentence, false_recovery_rate_sentence AS false_sentence "
+        "FROM recovery WHERE lang = 'all' AND decode = 'oracle' AND method NOT LIKE 'noise%' "
+        "ORDER BY method, structure, sparsity"
+    ),
+    "Gold rank and mc margin within each language": (
+        f"SELECT {CKPT}, lang, n_mc_only, mc_only_median_rank, mc_only_median_margin, "
+        "n_open_correct, open_correct_median_rank, open_correct_median_margin, n_dense_failed, "
+        "dense_failed_median_rank, dense_failed_median_margin FROM gold_rank_by_lang "
+        f"WHERE method NOT LIKE 'noise%' ORDER BY {CKPT}, lang"
     ),
     "MC-only per language": (
         f"SELECT {CKPT}, lang, n_items, n_mc_only, mc_only_rate, noise_floor, "

@@ -145,6 +145,8 @@ def expected_paper_jobs() -> dict[str, int]:
     q = cfg.get("quantization", {})
     quantized = len(q.get("methods", [])) * len(q.get("bits", []))
     checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"])) + quantized
+    # a perturbed twin of every pruned and quantized checkpoint per seed
+    twins = checkpoints * len(cfg.get("controls", {}).get("perturbation", {}).get("seeds", []))
     return {
         "download_dataset": benchmarks,
         "build_items": benchmarks,
@@ -154,8 +156,9 @@ def expected_paper_jobs() -> dict[str, int]:
         "calibration_data": models,
         "prune": models * (checkpoints - quantized),
         "quantize": models * quantized,
-        # every pruned checkpoint and the dense model on every benchmark
-        "evaluate": models * (checkpoints + 1) * benchmarks,
+        "perturb": models * twins,
+        # every pruned checkpoint, its twins and the dense model on every benchmark
+        "evaluate": models * (checkpoints + twins + 1) * benchmarks,
         "aggregate": 1,
         "figures": 1,
         "all": 1,
@@ -175,8 +178,9 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     jobs = planned_jobs(out)
     assert jobs == expected_paper_jobs()
     # 3 models x 21 benchmarks x (3 methods x 6 sparsities + 2 methods x 3 bit widths + dense),
-    # and 71 concept jobs
-    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21)
+    # and 71 concept jobs; 3 seeds x 24 checkpoints x 3 models perturbed twins, each a perturb
+    # job and 21 evaluations
+    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21) + 3 * 24 * 3 * (1 + 21)
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 

@@ -417,3 +417,31 @@ ORDER BY chi_model, concept""").fetchall()
 WHERE format = 'open' AND dataset = 'all'
                             AND method = 'w'""").fetchone()[0]
     assert criteria == [(0.1, 0.95, 1000, tested)]
+
+
+def test_sentence_tolerant_formats_in_the_concept_tables(tmp_path):
+    # w's open answer to i1 states the gold in a sentence: strictly wrong, sentence-correct
+    pruned = [
+        dict(r, correct_sentence=True)
+        if (r["item_id"], r["format"], r["decode"]) == ("i1", "open", "greedy")
+        else r
+        for r in PRUNED
+    ]
+    con = build(tmp_path, DENSE + pruned, {"en": ["i1", "i2", "i3", "i4"]}, pool=POOL)
+    a, t, lab = concept_files(tmp_path)
+    load_concept_tables(con, [a], [t], [lab])
+    run_concept_sql(con, CONCEPT_SQL, DEFAULT_GAPS)
+    q = """SELECT concept, chi_model FROM chi_model WHERE population = 'selected'
+           AND method = 'w' AND format = '{}' AND lang = 'en'"""
+    # c0: i1 (2; sentence-correct), i2 (1; wrong) -> strict 0, sentence 2/3; c1: i3 wrong, i4
+    # right -> 3/4 under both
+    assert values(con, q.format("open"))[0] == 0.0
+    sent = values(con, q.format("open_sentence"))
+    assert sent[0] == pytest.approx(2 / 3) and sent[1] == pytest.approx(0.75)
+    d = values(
+        con,
+        "SELECT concept, drop_open, drop_open_sentence, verbose_rate, mc_only_sentence_rate, "
+        "q_open_sentence IS NOT NULL FROM concept_damage WHERE lang = 'en'",
+    )
+    # c0: verbose share 2/3 (i1), sentence MC-only 1/3 (i2 only); tested like the strict drop
+    assert d[0] == pytest.approx((1.0, 1 / 3, 2 / 3, 1 / 3, True))

@@ -559,7 +559,7 @@ def test_minimal_config_gets_schema_defaults():
     assert cfg == before  # the input is not modified
     assert full["seed"] == 1234
     assert full["evaluation"]["batch_size"] == 8
-    assert full["evaluation"]["formats"] == ["open", "candidates", "mc"]
+    assert full["evaluation"]["formats"] == ["open", "candidates", "mc", "mc_nopassage"]
     assert full["evaluation"]["max_new_tokens"] == 32
     assert full["items"] == {"pool_max": 600, "max_per_language": 200, "distractors": "passage"}
     assert full["prompt"]["chat_template"] == "auto"
@@ -738,6 +738,7 @@ SETTINGS_IN_SCHEMA = [
             "budget_margin": "evaluation.budget_margin",
             "max_length_factor": "judge.max_length_factor",
             "max_length_slack": "judge.max_length_slack",
+            "sentence_slack": "judge.sentence_slack",
             "seed": "seed",
         },
     ),
@@ -896,6 +897,7 @@ def test_config_yaml_repeats_no_default_with_another_value():
         "pruning.nm": None,
         "quantization.methods": None,
         "concepts.layer": 15,
+        "controls.perturbation.seeds": [0],
     }
     shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     schema = schema_defaults()

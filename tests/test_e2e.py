@@ -555,7 +555,7 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
         [pl.read_parquet(work / f"results/items/sample/{lang}.parquet") for lang in ("en", "es")]
     )
     # budgets: greedy 12, recovery floor 8 raised to 12; every gold fits with the margin of 4
-    gen = logs.filter(pl.col("format") != "mc")
+    gen = logs.filter(~pl.col("format").is_in(["mc", "mc_nopassage"]))
     assert gen["max_new_tokens"].null_count() == 0 and gen["max_new_tokens"].min() == 12
     assert gen.filter(pl.col("decode") != "greedy")["max_new_tokens"].min() == 12
     assert (gen["n_output_tokens"] <= gen["max_new_tokens"]).all()
@@ -563,6 +563,16 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
     opened = logs.filter(pl.col("format").is_in(["open", "oneshot"]))
     assert opened["decoy_correct"].null_count() == 0
     assert (opened["decoy_option"] == (opened["gold_option"] + 1) % 4).all()
+    # every option judged as the gold on those rows (false recovery against every distractor);
+    # the decoy's verdict is one of them
+    assert (opened["option_correct"].list.len() == 4).all()
+    assert (
+        opened["option_correct"].list.get(opened["decoy_option"]) == opened["decoy_correct"]
+    ).all()
+    # the sentence-tolerant verdict only adds answers: correct implies correct_sentence
+    gen_rows = logs.filter(pl.col("format").is_in(["open", "oneshot", "candidates"]))
+    assert gen_rows["correct_sentence"].null_count() == 0
+    assert not (gen_rows["correct"] & ~gen_rows["correct_sentence"]).any()
     assert items.height > 0
     con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
     # the dense model went through `evaluate` like the checkpoints: its floor is 0 in fp32 on CPU
@@ -584,11 +594,21 @@ def test_controls_budget_noise_floor_false_recovery_chance_and_oracle(smoke_run)
         "USING (model, method, structure, sparsity, dataset, lang) WHERE a.format = 'open'"
     ).fetchall():
         assert adj == pytest.approx(rate - (1 - open_acc) / 4)
-    # false recovery beside every recovery rate, and the corrected rate
-    for rate, false, corrected in con.execute(
-        "SELECT rate, false_recovery_rate, corrected_rate FROM recovery"
+    # false recovery beside every recovery rate (any distractor; the mean over distractors is at
+    # most that), and the corrected rate
+    for rate, false, mean, corrected in con.execute(
+        "SELECT rate, false_recovery_rate, false_recovery_mean, corrected_rate FROM recovery"
     ).fetchall():
         assert false is not None and corrected == pytest.approx(rate - false)
+        assert mean <= false + 1e-12
+    # the MC-only items split into verbose / demoted / erased / untested; scope all decodes every
+    # item, so none is untested
+    for n, v, d, e, u, rate, parts in con.execute(
+        "SELECT n_mc_only, n_mc_only_verbose, n_mc_only_demoted, n_mc_only_erased, "
+        "n_mc_only_untested, mc_only_rate, mc_only_verbose_rate + mc_only_demoted_rate "
+        "+ mc_only_erased_rate + mc_only_untested_rate FROM mc_only"
+    ).fetchall():
+        assert v + d + e + u == n and u == 0 and parts == pytest.approx(rate)
     # the oracle table is complete (scope all), dense included, with drops for the pruned rows
     oracle = con.execute(
         "SELECT method, bool_and(complete), count(*) FILTER (WHERE drop IS NULL) FROM oracle "
@@ -614,30 +634,35 @@ def test_headline_numbers_recomputed_from_the_parquet_logs_with_polars(smoke_run
     key = ["method", "sparsity", "lang", "item_id"]
     first = logs.filter(pl.col("sample") == 0)
 
-    def correct(fmt, decode):
+    def correct(fmt, decode, column="correct", name=None):
         return first.filter((pl.col("format") == fmt) & (pl.col("decode") == decode)).select(
-            *key, pl.col("correct").alias(fmt)
+            *key, pl.col(column).alias(name or fmt)
         )
 
     decoded = (
         logs.filter(pl.col("decode").is_in(["beam", "sample"]) | (pl.col("format") == "oneshot"))
         .group_by(key)
-        .agg(pl.col("correct").any().alias("recovered"))
+        .agg(
+            pl.col("correct").any().alias("recovered"),
+            pl.col("correct_sentence").any().alias("recovered_sentence"),
+        )
     )
     per_item = (
         correct("open", "greedy")
+        .join(correct("open", "greedy", "correct_sentence", "open_sentence"), on=key)
         .join(correct("candidates", "greedy"), on=key)
         .join(correct("mc", "loglik"), on=key)
         .join(decoded, on=key, how="left")
     )
+    # status: correct, else verbose (a sentence states the gold), else demoted (a decode produces
+    # it, sentence-tolerant), erased (decoded, never produced) or untested (no decode ran)
+    lost = ~pl.col("open") & ~pl.col("open_sentence")
     per_item = per_item.with_columns(
         (pl.col("mc") & ~pl.col("open")).alias("mc_only"),
-        (~pl.col("open") & pl.col("recovered").fill_null(False)).alias("demoted"),
-        (
-            ~pl.col("open")
-            & ~pl.col("recovered").fill_null(False)
-            & (pl.col("recovered").is_not_null() | ~pl.col("mc"))
-        ).alias("erased"),
+        (lost & pl.col("recovered_sentence").fill_null(False)).alias("demoted"),
+        (lost & pl.col("recovered_sentence").is_not_null() & ~pl.col("recovered_sentence"))
+        .fill_null(False)
+        .alias("erased"),
         (pl.col("open") | pl.col("recovered").fill_null(False)).alias("oracle"),
     )
     want = per_item.group_by("method", "sparsity", "lang").agg(

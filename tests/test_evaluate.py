@@ -107,8 +107,13 @@ def test_mc_scores_equal_one_forward_per_option(tiny, bundled_tokenizer, items, 
             want = naive_logprob(tiny, joint[:start], joint[start:])
             assert row["option_ll"][k] == pytest.approx(want, abs=1e-4), (row["item_id"], k)
             assert row["option_ll_per_byte"][k] == pytest.approx(want / len(opt.encode()), abs=1e-4)
+            # acc_norm as lm-evaluation-harness: per character of the option
+            assert row["option_ll_per_char"][k] == pytest.approx(want / len(opt), abs=1e-4)
         assert row["pred_option"] == max(range(4), key=lambda k: row["option_ll"][k])
         assert row["correct"] == (row["pred_option"] == item["gold_option"])
+        assert row["pred_option_norm"] == max(range(4), key=lambda k: row["option_ll_per_char"][k])
+        assert row["pred_option_bytes"] == max(range(4), key=lambda k: row["option_ll_per_byte"][k])
+        assert row["correct_bytes"] == (row["pred_option_bytes"] == item["gold_option"])
         merged.append(row["boundary_merge"])
     assert any(merged) == (prefix == "Answer: ")
 
@@ -342,14 +347,14 @@ def test_rows_follow_the_log_schema(tiny, bundled_tokenizer, items):
         progress=False,
     )
     assert dict(df.schema) == LOG_SCHEMA
-    assert df.height == 3 * len(ITEMS)
-    assert df.group_by("item_id").len()["len"].to_list() == [3] * len(ITEMS)
+    assert df.height == 4 * len(ITEMS)  # open, candidates, mc, mc_nopassage
+    assert df.group_by("item_id").len()["len"].to_list() == [4] * len(ITEMS)
     assert (
         set(df["sparsity"]) == {0.5} and set(df["seed"]) == {11} and set(df["structure"]) == {"2:4"}
     )
     assert df.filter(pl.col("format") == "open")["gold_rank"].null_count() == 0
     assert df.filter(pl.col("format") == "mc")["option_ll"].null_count() == 0
-    gen = df.filter(pl.col("format") != "mc")
+    gen = df.filter(~pl.col("format").is_in(["mc", "mc_nopassage"]))
     # the budget of 3 is raised to each item's longest gold + budget_margin; nobody writes past it
     assert (gen["max_new_tokens"] > 3).all() and (
         gen["n_output_tokens"] <= gen["max_new_tokens"]
@@ -522,3 +527,31 @@ def test_bfloat16_on_cpu_batch_1_and_8_agree_within_a_stated_tolerance(bundled_m
         gold_rank=int((op1["gold_rank"] != op8["gold_rank"]).fill_null(False).sum()),
     )
     print(f"bfloat16, batch 1 vs 8, 8 items: max |d option_ll| {worst:.3f}; differ: {counts}")
+
+
+def test_acc_norm_is_per_character_and_acc_bytes_per_byte():
+    """Where an option's bytes and characters disagree (a CJK name against Latin digits), the two
+    normalisations can pick different options; lm-evaluation-harness calls the per-character one
+    acc_norm and the per-byte one acc_bytes."""
+    from benchmark_illusion.evaluate import _mc_rows
+
+    class Score:
+        def __init__(self, total):
+            self.total = total
+
+    item = {
+        "item_id": "x",
+        "lang": "zh",
+        "options": ["北京市", "1427", "上海", "abc"],  # 3 chars / 9 bytes, 4 / 4, 2 / 6, 3 / 3
+        "gold_option": 0,
+    }
+    ll = [-6.0, -6.0, -5.0, -7.0]
+    rows = _mc_rows(
+        None, [item], [0], ["p"], [[1, 2]], [[(None, None)] * 4], [[Score(x) for x in ll]], {}
+    )
+    (r,) = rows
+    # per char: -2.0, -1.5, -2.5, -2.33 -> option 1; per byte: -0.67, -1.5, -0.83, -2.33 -> 0
+    assert r["option_ll_per_char"] == pytest.approx([-2.0, -1.5, -2.5, -7 / 3])
+    assert r["pred_option_norm"] == 1 and not r["correct_norm"]
+    assert r["pred_option_bytes"] == 0 and r["correct_bytes"]
+    assert r["pred_option"] == 2

@@ -61,13 +61,25 @@ def rows_for(
                 sample=k,
                 correct=k == 1 or open_ok,
                 decoy_correct=k == 0,
+                # each option judged as the gold: beam 0 produces the distractor 1
+                option_correct=[k == 1 or open_ok, k == 0, False, False],
+                gold_option=0,
             )
             for k in range(2)
         ]
         out.append(
-            dict(base, format="oneshot", decode="greedy", correct=rank < 5, decoy_correct=False)
+            dict(
+                base,
+                format="oneshot",
+                decode="greedy",
+                correct=rank < 5,
+                decoy_correct=False,
+                option_correct=[rank < 5, False, False, False],
+                gold_option=0,
+            )
         )
-    return out
+    # short answers: the sentence-tolerant verdict agrees with the strict one
+    return [r if r["format"] == "mc" else dict(r, correct_sentence=r["correct"]) for r in out]
 
 
 def database(tmp_path: Path, checkpoints, models=("m",), decode_all=False) -> Path:

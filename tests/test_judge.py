@@ -855,3 +855,145 @@ def test_a_distractor_overlapping_the_gold_as_written_is_not_a_hedge():
     # written apart from the gold, the same distractor is a hedge
     j = judge("grey stone, or of grey", ["grey stone"], "en", options=options)
     assert j.hedge and not j.correct
+
+
+# The sentence-tolerant verdict (correct_sentence): one sentence that states the gold, names no
+# other option, copies neither the question nor the passage, within question + gold + slack
+# tokens. (lang, question, gold, options, sentence answer)
+SENTENCES = [
+    (
+        "en",
+        "What is the nearest town to Lake Varrow?",
+        "Brennick",
+        ["Brennick", "Mellen", "Sorr", "Talbach"],
+        "The nearest town to Lake Vary is Brennick.",
+    ),
+    (
+        "de",
+        "Welche Stadt liegt am nächsten am Varrowsee?",
+        "Brennick",
+        ["Brennick", "Mellen", "Sorr", "Talbach"],
+        "Die Stadt Brennick liegt am nächsten am Varrowsee.",
+    ),
+    (
+        "zh",
+        "谁第一个登上了埃尔布林山的山顶？",
+        "安娜",
+        ["安娜", "玛丽", "彼得", "约翰"],
+        "第一个登上埃尔布林山山顶的人是安娜。",
+    ),
+    (
+        "th",
+        "เมืองที่ใกล้ทะเลสาบวาร์โรว์ที่สุดคือเมืองอะไร",
+        "เบรนนิค",
+        ["เบรนนิค", "เมลเลน", "ซอร์", "ทัลบัค"],
+        "เมืองที่ใกล้ทะเลสาบวาร์โรว์ที่สุดคือเบรนนิค",
+    ),
+    (
+        "el",
+        "Ποια είναι η πλησιέστερη πόλη στη λίμνη Βάρροου;",
+        "Μπρένικ",
+        ["Μπρένικ", "Μέλεν", "Σορ", "Τάλμπαχ"],
+        "Η πλησιέστερη πόλη στη λίμνη είναι το Μπρένικ.",
+    ),
+    (
+        "tr",
+        "Varrow Gölü'ne en yakın kasaba hangisidir?",
+        "Brennick",
+        ["Brennick", "Mellen", "Sorr", "Talbach"],
+        "Varrow Gölü'ne en yakın kasaba Brennick'tir.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("lang", "question", "gold", "options", "answer"), SENTENCES)
+def test_a_sentence_stating_the_gold_is_correct_sentence_only(
+    lang, question, gold, options, answer
+):
+    v = judge(answer, [gold], lang, question=question, options=options)
+    assert v.contains and v.too_long and not v.correct  # the short-answer judge says no
+    assert v.correct_sentence and v.sentences == 1
+    assert not v.sentence_too_long and not v.sentence_copy
+
+
+@pytest.mark.parametrize(("lang", "question", "gold", "options", "answer"), SENTENCES)
+def test_a_sentence_that_also_names_a_distractor_is_rejected(lang, question, gold, options, answer):
+    # the same sentence with another option appended: it offers two answers
+    sep = "、" if lang == "zh" else (" " if lang == "th" else ", ")
+    hedged = answer.rstrip(".。") + sep + options[1]
+    v = judge(hedged, [gold], lang, question=question, options=options)
+    assert v.hedge and not v.correct_sentence
+
+
+@pytest.mark.parametrize(("lang", "question", "gold", "options", "answer"), SENTENCES)
+def test_two_sentences_or_a_ramble_are_rejected(lang, question, gold, options, answer):
+    end = {"zh": "。", "th": " "}.get(lang, " ")
+    two = answer + end + answer.replace(gold, "").strip()
+    assert not judge(two, [gold], lang, question=question, options=options).correct_sentence
+    ramble = answer.rstrip(".。") + " " + " ".join(["und", "so", "weiter"] * 6)
+    v = judge(ramble, [gold], lang, question=question, options=options)
+    assert v.sentence_too_long and not v.correct_sentence
+
+
+def test_sentence_count_rules():
+    from benchmark_illusion.judge import sentence_count
+
+    assert sentence_count("It is 1.5 km long.") == 1  # a decimal point ends nothing
+    assert sentence_count("Mt. Elbrin was climbed by J. Strobel.") == 1  # abbreviations
+    assert sentence_count("It was 1427. Then came the flood.") == 2
+    assert sentence_count("北京。上海是最大的城市。") == 2  # no space after 。
+    assert sentence_count("答案是北京。") == 1
+    assert sentence_count("क्या यह सही है? हाँ, यह दिल्ली है।") == 2  # Devanagari danda
+    assert sentence_count("هل هذا صحيح؟ نعم القاهرة") == 2  # Arabic question mark
+    assert sentence_count("...") == 0
+
+
+def test_a_passage_copy_around_the_gold_is_not_a_sentence_answer():
+    passage = "In 1427 the guild of masons built a stone bridge over the Sorr near the old mill."
+    question = "When was the bridge built?"
+    # copied from the passage, mostly words the question does not ask about
+    copy = "In 1427 the guild of masons built a stone bridge."
+    v = judge(copy, ["1427"], "en", question=question, passage=passage)
+    assert v.sentence_copy and not v.correct_sentence
+    # a restatement of the question around the gold is an answer
+    ok = "The bridge was built in 1427."
+    v = judge(ok, ["1427"], "en", question=question, passage=passage)
+    assert not v.sentence_copy and v.correct_sentence
+
+
+def test_sentence_slack_bounds_the_length():
+    q, a = (
+        "What is the nearest town to Lake Varrow?",
+        "It is Brennick, the nearest town by the lake.",
+    )
+    # question 7 tokens + gold 1 + slack; the answer has 7 (articles dropped)
+    assert judge(a, ["Brennick"], "en", question=q, sentence_slack=0).correct_sentence
+    long = "It is Brennick, the nearest little market town by the lake of Varrow in the hills."
+    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=4).sentence_too_long
+    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=20).correct_sentence
+
+
+def test_cli_prints_both_verdicts_and_their_flags():
+    args = (
+        "--lang",
+        "en",
+        "--gold",
+        "Brennick",
+        "--question",
+        "What is the nearest town to Lake Varrow?",
+    )
+    out = json.loads(run_cli(*args, "The nearest town to Lake Vary is Brennick.").stdout)
+    assert out["correct"] is False and out["too_long"] is True
+    assert out["correct_sentence"] is True and out["sentences"] == 1
+    assert out["sentence_too_long"] is False and out["sentence_copy"] is False
+    # a tighter slack turns the sentence down, naming why
+    out = json.loads(
+        run_cli(
+            *args,
+            "--sentence-slack",
+            "0",
+            "The nearest small town to the big lake is Brennick, I think.",
+        ).stdout
+    )
+    assert out["correct_sentence"] is False and out["sentence_too_long"] is True
+    assert run_cli(*args, "--sentence-slack", "-1", "Brennick").returncode == 2

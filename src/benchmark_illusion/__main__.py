@@ -98,6 +98,50 @@ def _print(rel, csv: bool, max_rows: int) -> None:
         rel.show(max_rows=max_rows, max_width=1_000_000)
 
 
+def _compare_command(con, args) -> int:
+    """Print `compare`'s table; a checkpoint, metric or model the database lacks exits 2."""
+    from .compare import paired_difference, parse_checkpoint
+
+    try:
+        a, b = parse_checkpoint(args.a), parse_checkpoint(args.b)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    models = [r[0] for r in con.execute("SELECT DISTINCT model FROM rates ORDER BY 1").fetchall()]
+    model = args.model or (models[0] if len(models) == 1 else None)
+    if model not in models:
+        print(f"error: --model must be one of {', '.join(models)}", file=sys.stderr)
+        return 2
+    metrics = {r[0] for r in con.execute("SELECT DISTINCT metric FROM rates").fetchall()}
+    if args.metric not in metrics:
+        print(f"error: --metric {args.metric!r} is not a metric of `rates`", file=sys.stderr)
+        return 2
+    for name, c in (("A", a), ("B", b)):
+        n = con.execute(
+            "SELECT count(*) FROM rates WHERE model = ? AND method = ? AND structure = ? "
+            "AND sparsity = ?",
+            [model, c["method"], c["structure"], c["sparsity"]],
+        ).fetchall()[0][0]
+        if not n:
+            print(
+                f"error: checkpoint {name} ({args.a if name == 'A' else args.b}) is not in the "
+                "database (see `summary` for method, structure and sparsity)",
+                file=sys.stderr,
+            )
+            return 2
+    import polars as pl
+
+    level = con.execute("SELECT ci_level FROM metrics_settings").fetchall()[0][0]
+    out = paired_difference(con, model, args.metric, a, b, float(level))
+    if args.csv:
+        out.write_csv(sys.stdout)
+    else:
+        print(f"{args.metric}: A = {args.a}  minus  B = {args.b}  ({model})")
+        with pl.Config(tbl_rows=1000, tbl_cols=20):
+            print(out)
+    return 0
+
+
 def _judge_command(args, parser: argparse.ArgumentParser) -> int:
     """Print the judge's verdict on args.output as one JSON object; bad arguments exit 2."""
     if args.max_length_factor <= 0:
@@ -108,6 +152,8 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
         parser.error(
             f"argument --max-length-slack: must not be negative, got {args.max_length_slack}"
         )
+    if args.sentence_slack < 0:
+        parser.error(f"argument --sentence-slack: must not be negative, got {args.sentence_slack}")
     if not any(tokenize(g, args.lang) for g in args.gold):
         parser.error("argument --gold: every gold is empty after normalisation")
     common = dict(
@@ -115,6 +161,7 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
         passage=args.passage,
         max_length_factor=args.max_length_factor,
         max_length_slack=args.max_length_slack,
+        sentence_slack=args.sentence_slack,
     )
     result: dict = {"format": args.format, "lang": args.lang}
     if args.format == "candidates":
@@ -151,6 +198,10 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
         repeat=v.repeat,
         options_named=v.options_named,
         pred_option=v.pred_option,
+        correct_sentence=v.correct_sentence,
+        sentences=v.sentences,
+        sentence_too_long=v.sentence_too_long,
+        sentence_copy=v.sentence_copy,
         answer_norm=normalize(v.judged, args.lang),
         judged=v.judged,
         line=first_line(args.output),
@@ -199,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--max-rows", type=int, default=200)
     sub.add_parser("tables", help="list tables and views with their row counts")
     s = sub.add_parser(
-        "summary", help="accuracy per format, Delta_PR, MC-only rate, demoted/erased per checkpoint"
+        "summary",
+        help="accuracy per format (mc without the passage too), Delta_PR, MC-only rate with its "
+        "guessing adjustments (1/K, and measured without the passage), demoted/erased counts",
     )
     s.add_argument("--by-lang", action="store_true", help="one line per language instead of pooled")
     s.add_argument("--csv", action="store_true")
@@ -239,6 +292,30 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument(
         "--max-length-slack", type=int, default=3, help="judge.max_length_slack (default 3)"
     )
+    j.add_argument(
+        "--sentence-slack",
+        type=int,
+        default=4,
+        help="judge.sentence_slack: tokens a one-sentence answer may have beyond the question's "
+        "and the gold's (correct_sentence; default 4)",
+    )
+    cmp = sub.add_parser(
+        "compare",
+        help="the paired difference of two checkpoints on one metric, with its interval",
+        description="Checkpoint A minus checkpoint B on one metric of `rates` (e.g. mc_only, "
+        "sent_mc_only, acc_open, drop_mc), per benchmark and pooled, over the items both have "
+        "a value for, with a paired bootstrap interval from the same item resamples as every "
+        "rate (src/benchmark_illusion/compare.py).",
+    )
+    cmp.add_argument("a", help="checkpoint A as method/structure/sparsity, e.g. rtn/int4-g128/0")
+    cmp.add_argument("b", help="checkpoint B, e.g. gptq/int4-g128/0")
+    cmp.add_argument(
+        "--metric",
+        default="sent_mc_only",
+        help="a metric of `rates` (default: sent_mc_only, the sentence-tolerant MC-only rate)",
+    )
+    cmp.add_argument("--model", default=None, help="the model (default: the only one)")
+    cmp.add_argument("--csv", action="store_true", help="print CSV instead of a table")
     e = sub.add_parser(
         "estimate",
         help="time the configured model on a few items and print each rule's expected cost",
@@ -281,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                 except duckdb.Error as e:  # a view whose Parquet files moved or were deleted
                     n = f"unreadable: {str(e).splitlines()[0][:80]}"
                 print(f"{name:32s} {kind.lower():12s} {n}")
+        elif args.cmd == "compare":
+            return _compare_command(con, args)
         elif args.cmd == "concepts":
             for title, sql in CONCEPT_SQL.items():
                 print(title)

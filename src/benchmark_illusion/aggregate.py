@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import bootstrap
+from . import bootstrap, perturbation
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -28,6 +28,8 @@ def create_views(
     selected: list[str],
     pool: list[str],
     item_reports: list[str] | None = None,
+    perturbation_reports: list[str] | None = None,
+    model_sources: dict | None = None,
 ) -> None:
     """Views over exactly the given files (never a glob: stale files of an old config stay out).
 
@@ -37,6 +39,14 @@ def create_views(
                     written before distractors_in_passage existed get it as NULL)
     item_drops      (a table) rows dropped before any model saw them, from the build_items
                     reports: dataset, lang, reason, n (see `item_drop_rows`)
+    perturbations   (a table) one row per perturbed twin, from its perturbation.json (a file or
+                    the checkpoint folder): model, method, structure, sparsity, seed,
+                    source_method, relative_change (measured), source_relative_change (the
+                    compressed checkpoint's, which it matched), n_perturbed (Linears)
+    model_sources   (a table) one row per model of `model_sources` (model -> its config's
+                    source keys): model, source, weight_type and bits_per_weight of the
+                    decoder's weight matrices as the source stores them (read from a GGUF
+                    file's tensor table; NULL for safetensors sources, stored as their dtype)
     """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
@@ -69,6 +79,31 @@ def create_views(
     rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
     if rows:
         con.executemany("INSERT INTO item_drops VALUES (?, ?, ?, ?)", rows)
+    con.execute(
+        "CREATE OR REPLACE TABLE perturbations (model VARCHAR, method VARCHAR, "
+        "structure VARCHAR, sparsity DOUBLE, seed BIGINT, source_method VARCHAR, "
+        "relative_change DOUBLE, source_relative_change DOUBLE, n_perturbed BIGINT)"
+    )
+    rows = perturbation.report_rows(perturbation_reports or [])
+    if rows:
+        con.executemany("INSERT INTO perturbations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.execute(
+        "CREATE OR REPLACE TABLE model_sources (model VARCHAR, source VARCHAR, "
+        "weight_type VARCHAR, bits_per_weight DOUBLE)"
+    )
+    rows = [model_source_row(m, cfg) for m, cfg in sorted((model_sources or {}).items())]
+    if rows:
+        con.executemany("INSERT INTO model_sources VALUES (?, ?, ?, ?)", rows)
+
+
+def model_source_row(model: str, cfg: dict) -> tuple:
+    """(model, source, weight_type, bits_per_weight) of one model config (`model_sources`)."""
+    from .sources import gguf_precision, resolve_gguf
+
+    if cfg["source"] in ("gguf_package", "gguf_file"):
+        p = gguf_precision(resolve_gguf(cfg))
+        return (model, cfg["source"], p["weight_type"], p["bits_per_weight"])
+    return (model, cfg["source"], None, None)
 
 
 def item_drop_rows(report_path: str | Path) -> list[tuple[str, str, str, int]]:
@@ -111,7 +146,11 @@ class MetricSettings:
 # Steps in Python between the SQL files: each runs just before the file it is named after, with
 # the files' variables, and makes tables that file reads. The rates' bootstrap intervals are
 # matrix products there; as a SQL join they grew as checkpoints x items x metrics x replicates.
-PYTHON_STEPS = {"25_rates.sql": bootstrap.create_rate_intervals}
+PYTHON_STEPS = {
+    "25_rates.sql": bootstrap.create_rate_intervals,
+    # the perturbation floor's intervals, over the twins' seed-averaged item values
+    "27_perturbation.sql": bootstrap.create_perturbation_intervals,
+}
 
 
 def run_sql(
@@ -221,12 +260,16 @@ def build_database(
     sql_files: list[str],
     settings: MetricSettings | None = None,
     item_reports: list[str] | None = None,
+    perturbation_reports: list[str] | None = None,
+    model_sources: dict | None = None,
 ) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
-            create_views(con, generations, selected, pool, item_reports)
+            create_views(
+                con, generations, selected, pool, item_reports, perturbation_reports, model_sources
+            )
             run_metric_sql(con, sql_files, settings)
             for (name,) in con.execute(
                 "SELECT table_name FROM information_schema.tables "

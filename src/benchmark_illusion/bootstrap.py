@@ -92,22 +92,28 @@ def benchmark_counts(con: duckdb.DuckDBPyConnection, population: str, model: str
     }
 
 
-def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> None:
+def create_rate_intervals(
+    con: duckdb.DuckDBPyConnection,
+    variables: dict,
+    values: str = "item_values",
+    into: str = "rate_intervals",
+) -> None:
     """Create rate_intervals: one row per population x checkpoint x benchmark x metric of
     item_values, and pooled rows (dataset = lang = 'all'), with n_boot (replicates that drew an
     item of the metric's denominator), ci_low and ci_high (the (1 -/+ ci_level) / 2 quantiles
     of the replicate rates, linearly interpolated as DuckDB's quantile_cont). Reads item_values,
-    bootstrap_units and bootstrap_benchmarks; variables: ci_level."""
+    bootstrap_units and bootstrap_benchmarks; variables: ci_level. `values` and `into` name
+    another table or view of item_values' columns and the table to create from it."""
     level = float(variables["ci_level"])
     probs = ((1 - level) / 2, (1 + level) / 2)
     con.execute(
-        """CREATE OR REPLACE TEMP TABLE _columns AS
+        f"""CREATE OR REPLACE TEMP TABLE _columns AS
            SELECT population, model, method, structure, sparsity, metric,
                   (row_number() OVER (PARTITION BY population, model
                                       ORDER BY method, structure, sparsity, metric) - 1)::INTEGER
                       AS col
            FROM (SELECT DISTINCT population, model, method, structure, sparsity, metric
-                 FROM item_values)"""
+                 FROM {values})"""
     )
     out: list[pl.DataFrame] = []
 
@@ -129,9 +135,9 @@ def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> No
             [population, model],
         ).fetchone()[0]
         counts = benchmark_counts(con, population, model)
-        values = con.sql(
-            """SELECT v.dataset, v.lang, u.idx::BIGINT AS idx, c.col, v.value
-               FROM item_values v
+        frame = con.sql(
+            f"""SELECT v.dataset, v.lang, u.idx::BIGINT AS idx, c.col, v.value
+               FROM {values} v
                JOIN bootstrap_units u USING (population, model, dataset, lang, item_id)
                JOIN _columns c USING (population, model, method, structure, sparsity, metric)
                WHERE v.population = ? AND v.model = ?
@@ -140,7 +146,7 @@ def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> No
         ).pl()
         reps = next(iter(counts.values())).shape[0]
         pooled_s, pooled_n = np.zeros((reps, n_cols)), np.zeros((reps, n_cols))
-        for (dataset, lang), part in values.group_by(["dataset", "lang"], maintain_order=True):
+        for (dataset, lang), part in frame.group_by(["dataset", "lang"], maintain_order=True):
             w = counts[(dataset, lang)].astype(np.float64)
             idx, col = part["idx"].to_numpy(), part["col"].to_numpy()
             vals = np.zeros((w.shape[1], n_cols))
@@ -159,7 +165,7 @@ def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> No
                 dataset=dataset,
                 lang=lang,
             )
-        cols = np.unique(values["col"].to_numpy())
+        cols = np.unique(frame["col"].to_numpy())
         keep(
             cols,
             *_intervals(pooled_s[:, cols], pooled_n[:, cols], probs),
@@ -182,7 +188,7 @@ def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> No
     con.register("_found", found)
     try:
         con.execute(
-            """CREATE OR REPLACE TABLE rate_intervals AS
+            f"""CREATE OR REPLACE TABLE {into} AS
                SELECT f.population, c.model, c.method, c.structure, c.sparsity, f.dataset, f.lang,
                       c.metric, f.n_boot, f.ci_low, f.ci_high
                FROM _found f JOIN _columns c USING (population, model, col)"""
@@ -190,3 +196,10 @@ def create_rate_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> No
     finally:
         con.unregister("_found")
         con.execute("DROP TABLE IF EXISTS _columns")
+
+
+def create_perturbation_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> None:
+    """Create perturbation_intervals from perturbation_item_values (26_perturbation_items.sql):
+    the intervals of the perturbation floor, on the same item resamples as every rate, of the
+    per-item value averaged over a compressed checkpoint's perturbed twins (seeds)."""
+    create_rate_intervals(con, variables, "perturbation_item_values", "perturbation_intervals")

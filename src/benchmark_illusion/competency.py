@@ -31,7 +31,8 @@ log = logging.getLogger("benchmark_illusion")
 ITEM_TABLES = ("concept_tokens", "concept_activations", "item_outcomes", "pool")
 
 
-FORMATS = ("open", "candidates", "mc")
+# the strict verdict's formats, then the sentence-tolerant verdict's (correct_sentence)
+FORMATS = ("open", "candidates", "mc", "open_sentence", "candidates_sentence")
 
 
 @dataclass(frozen=True)

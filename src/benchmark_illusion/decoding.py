@@ -62,6 +62,22 @@ class Tokens:
         return joint[start:], start
 
 
+class BatchItems:
+    """A context (reusable) that adds the format and the batch's item ids, in the batch's row
+    order, to a NonFiniteError raised inside it (engine.NonFiniteError.locate)."""
+
+    def __init__(self, fmt: str, item_ids: list[str]):
+        self.fmt, self.item_ids = fmt, item_ids
+
+    def __enter__(self) -> BatchItems:
+        return self
+
+    def __exit__(self, kind, err, tb) -> bool:
+        if isinstance(err, engine.NonFiniteError):
+            err.locate(self.fmt, self.item_ids)
+        return False  # the error goes on
+
+
 def stop_rule(model, tokenizer) -> engine.StopRule:
     """When a decode ends: the tokenizer's end-of-sequence token and the model's generation
     config's (an instruct model's end-of-turn token), and a line break after content."""
@@ -113,7 +129,16 @@ def prefill_batches(order: list[int], ids: list[list[int]], settings: EvalSettin
     return batches(order, settings.batch_size, None, [len(x) for x in ids], settings.batch_tokens)
 
 
-def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, settings: EvalSettings):
+def decode_grouped(
+    model,
+    prefilled,
+    budget: list[int],
+    stop,
+    pad_id: int,
+    settings: EvalSettings,
+    item_ids: list[str],
+    fmt: str,
+):
     """Greedy answers of prefilled batches, decoded together settings.decode_rows rows at a time.
 
     prefilled: (batch, state, payload) triples as the caller's prefills produce them (each
@@ -123,7 +148,7 @@ def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, setti
     (`engine.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
     holds no more rows than fit that many tokens at its widest prompt plus the decode room (one
     batch always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
-    seconds per row).
+    seconds per row). budget, item_ids: per item index; fmt: the format, for errors.
     """
     group: list = []
 
@@ -132,7 +157,8 @@ def decode_grouped(model, prefilled, budget: list[int], stop, pad_id: int, setti
         ids = [i for batch, _, _ in group for i in batch]
         room = max(budget[i] for i in ids)
         state = engine.stack([st for _, st, _ in group], room=room)  # frees their caches
-        gen = engine.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
+        with BatchItems(fmt, [item_ids[i] for i in ids]):
+            gen = engine.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
         dt = (time.perf_counter() - t0) / len(ids)
         at = 0
         for batch, _, payload in group:
@@ -215,6 +241,7 @@ def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open"
         passage=item["context"],
         max_length_factor=settings.max_length_factor,
         max_length_slack=settings.max_length_slack,
+        sentence_slack=settings.sentence_slack,
     )
     if fmt == "candidates":
         letters = settings.prompt.candidates_style == "letters"
@@ -236,14 +263,24 @@ def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open"
         repeat=j.repeat,
         options_named=j.options_named,
         answer_norm=normalize(j.judged, lang),
+        correct_sentence=j.correct_sentence,
+        sentences=j.sentences,
+        sentence_too_long=j.sentence_too_long,
+        sentence_copy=j.sentence_copy,
     )
     if fmt == "candidates":
         row["pred_option"] = j.pred_option
-    else:
+    elif options is not None:
+        # false recovery: every option judged as if it were the gold (same judge and rules,
+        # hedges included); the distractors' entries say whether the output produces one
+        verdicts = [judge(output, [o], lang, options=options, **common) for o in options]
+        row.update(
+            option_correct=[v.correct for v in verdicts],
+            option_correct_sentence=[v.correct_sentence for v in verdicts],
+        )
         decoy = decoy_option(item)
         if decoy is not None:
-            d = judge(output, [options[decoy]], lang, options=options, **common)
-            row.update(decoy_option=decoy, decoy_correct=d.correct)
+            row.update(decoy_option=decoy, decoy_correct=verdicts[decoy].correct)
     return row
 
 
@@ -284,14 +321,17 @@ def greedy_format(
         total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress
     )
 
+    item_ids = [r["item_id"] for r in rows]
+
     def prefilled():
         for batch in prefill_batches(order, ids, settings):
             t0 = time.perf_counter()
-            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            with BatchItems(fmt, [item_ids[i] for i in batch]):
+                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             yield batch, state, (time.perf_counter() - t0) / len(batch)
             bar.update(len(batch))
 
-    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings)
+    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings, item_ids, fmt)
     for batch, t_prefill, gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(

@@ -6,6 +6,10 @@ the MC options and to continue the greedy generation. Sequences are left-padded;
 ids are passed explicitly (cumulative sum of the attention mask) so that a padded row sees
 exactly the positions it would see alone.
 
+Every logit a decision is read from (the prefill's last position, each decode step, each scored
+distribution) is checked finite, one reduction per batch tensor: a NaN or inf raises
+NonFiniteError instead of becoming an answer.
+
 Shapes: B = batch, T = padded prompt length, K = options per item, L = option length, V = vocab.
 """
 
@@ -29,6 +33,73 @@ def _cache_kwarg(model) -> str:
 def _out_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
+
+
+class NonFiniteError(ValueError):
+    """A logit or log-probability that is NaN or infinite: every decision read from it would be
+    wrong (the argmax of NaN option scores is option A, a NaN gold ranks first, a decode of NaN
+    logits writes nothing), so evaluation stops instead of logging it.
+
+    step: where it appeared (prefill, scoring, greedy decode, beam search, sampling).
+    rows: the rows of the step's batch holding one (None: not known).
+    The callers add what they know (`locate`): fmt, the format or decode being run; items, the
+    batch's item ids in row order; checkpoint, the model's identity; dtype, its weights' dtype.
+    """
+
+    def __init__(self, step: str, rows: list[int] | None = None):
+        super().__init__(step)
+        self.step, self.rows = step, rows
+        self.fmt: str | None = None
+        self.items: list[str] | None = None
+        self.checkpoint: str | None = None
+        self.dtype: str | None = None
+
+    def locate(self, fmt: str, items: list[str]) -> None:
+        """Name the format and the batch's item ids (row order); the innermost caller wins."""
+        if self.items is None:
+            self.fmt, self.items = fmt, list(items)
+
+    def __str__(self) -> str:
+        where = self.step + (f" ({self.fmt})" if self.fmt else "")
+        msg = f"non-finite value (NaN or inf) in the {where}"
+        if self.checkpoint:
+            msg += f" of checkpoint {self.checkpoint}"
+        if self.items is not None:
+            bad = self.items if self.rows is None else [self.items[r] for r in self.rows]
+            msg += f"; items {_id_list(bad)}"
+            if len(bad) < len(self.items):
+                msg += f" (of the batch {_id_list(self.items)})"
+        elif self.rows is not None:
+            msg += f"; batch rows {self.rows}"
+        msg += ". No log row is written." if self.checkpoint else "."
+        if self.dtype in ("float16", "bfloat16"):
+            msg += f" {self.dtype} can overflow where float32 does not: evaluate in float32;"
+            return msg + " check the checkpoint's weights for NaN or inf."
+        return msg + " Check the checkpoint's weights for NaN or inf."
+
+
+def _id_list(ids: list[str], at_most: int = 20) -> str:
+    more = f", ... ({len(ids)} in all)" if len(ids) > at_most else ""
+    return ", ".join(map(str, ids[:at_most])) + more
+
+
+def check_finite(
+    x: torch.Tensor, step: str, rows: torch.Tensor | None = None, group: int = 1
+) -> None:
+    """Raise NonFiniteError unless every value of `x` ([N, ...], a row per sequence) is finite.
+
+    The test is a sum (a NaN or inf survives any sum; on one CPU thread it costs a twentieth of
+    isfinite(x).all(), which writes a mask the size of x); only when the sum is not finite is x
+    read again value by value, so a sum that merely overflows raises nothing. rows: the batch
+    row of each of x's rows (default: the same); group: x's rows per batch row (beams or samples
+    of one prompt).
+    """
+    if bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all()):
+        return
+    bad = (~torch.isfinite(x)).reshape(len(x), -1).any(-1).nonzero()[:, 0]
+    if rows is not None:
+        bad = rows[bad]
+    raise NonFiniteError(step, sorted({int(r) // group for r in bad.tolist()}))
 
 
 @dataclass
@@ -154,8 +225,10 @@ def prefill(model, seqs: list[list[int]], pad_id: int, share: bool = True) -> Pr
             **{kw: cache},
             **keep,
         )
+    last_logits = out.logits[:, -1, :].float()
+    check_finite(last_logits, "prefill")
     return Prefill(
-        last_logits=out.logits[:, -1, :].float(),
+        last_logits=last_logits,
         cache=_out_cache(out),
         mask=mask,
         next_pos=mask.sum(-1),
@@ -406,6 +479,10 @@ def score_tokens(
     chosen_t = torch.empty(len(toks), device=device)
     ranks_t = torch.empty(len(toks), dtype=torch.long, device=device)
 
+    # per row, the sum of every scored distribution: finite unless one value is not (or the
+    # logits spread beyond 1e33); one check for the batch, see check_finite
+    sums = last.sum(-1)
+
     def score(sel: torch.Tensor, dist: torch.Tensor) -> None:
         c = dist.gather(-1, toks_t[sel][:, None])
         chosen_t[sel] = c[:, 0]
@@ -417,7 +494,10 @@ def score_tokens(
     for b in range(B) if logits is not None else ():
         sel = ~first & (rows_t == b)
         if bool(sel.any()):
-            score(sel, torch.log_softmax(logits[b, where_t[sel]].float(), -1))
+            dist = torch.log_softmax(logits[b, where_t[sel]].float(), -1)
+            sums[b] += dist.sum()
+            score(sel, dist)
+    check_finite(sums, "scoring of options and golds")
     ranks, chosen = ranks_t.tolist(), chosen_t.tolist()
     result: list[list[ContinuationScores]] = [[] for _ in conts]
     i = 0
@@ -519,6 +599,7 @@ def greedy(
         running = torch.tensor([live[row] for row in rows.tolist()], device=device)
         feed = torch.where(running, nxt, torch.full_like(nxt, pad_id))
         logits, cache, mask = _step(model, cache, mask, pos, feed, kw)
+        check_finite(logits, "greedy decode", rows=rows)
         pos = pos + 1
     return out
 
@@ -611,6 +692,7 @@ def beam_search(
         rows = (parent + torch.arange(B, device=device)[:, None] * K).view(-1)
         _reorder_beams(cache, rows, prompt_len)
         logits, cache, mask = _step(model, cache, mask, pos, running[:, :, t].reshape(-1), kw)
+        check_finite(logits, "beam search", group=K)
         pos = pos + 1
     return [[seqs[b, k, : int(lengths[b, k])].tolist() for k in range(K)] for b in range(B)]
 
@@ -675,5 +757,6 @@ def sample(
             rows, mask, pos = rows[sel], mask[sel], pos[sel]
             cache.batch_select_indices(sel)
         logits, cache, mask = _step(model, cache, mask, pos, nxt[rows], kw)
+        check_finite(logits, "sampling", rows=rows, group=n)
         pos = pos + 1
     return [out[b * n : (b + 1) * n] for b in range(B)]

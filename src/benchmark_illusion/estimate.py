@@ -5,6 +5,7 @@ imported checkpoint under resources/models/ when there is one, else its source),
 items of its first benchmark and language in seeded order, and times, per item:
   open+mc     the `open` prompt's prefill, gold ranks, MC options and the greedy answer
   candidates  the options-shown prompt, greedy
+  mc_nopassage  the mc options on the prompt without the passage (when listed; `evaluate` only)
   beam        evaluation.recovery.num_beams beams        (when on)
   sample      evaluation.recovery.num_samples samples    (when on)
   oneshot     the 1-shot prompt, greedy                  (when on)
@@ -60,7 +61,7 @@ from .quantization import Grid, QuantizeSettings, quantize_model
 from .recovery import recovery_rows
 from .settings import RecoverySettings
 
-PARTS = ("open+mc", "candidates", "beam", "sample", "oneshot")
+PARTS = ("open+mc", "candidates", "mc_nopassage", "beam", "sample", "oneshot")
 
 
 @dataclass
@@ -157,7 +158,10 @@ def _measure(config: dict, root: Path, n_items: int | None, cores: int) -> list[
         meta = RunMeta(name, dataset=dataset, lang=lang)
         warm = replace(settings, formats=("open", "mc"), recovery=RecoverySettings.only())
         evaluate_items(model, tok, sample.head(1), warm, meta, progress=False)
-        for part, formats in (("open+mc", ("open", "mc")), ("candidates", ("candidates",))):
+        parts = [("open+mc", ("open", "mc")), ("candidates", ("candidates",))]
+        if "mc_nopassage" in settings.formats:
+            parts.append(("mc_nopassage", ("mc_nopassage",)))
+        for part, formats in parts:
             s = replace(settings, formats=formats, recovery=RecoverySettings.only())
             t0 = time.perf_counter()
             log = evaluate_items(model, tok, sample, s, meta, progress=False)
@@ -234,13 +238,14 @@ def _first_layer_seconds(model, windows, settings) -> float:
 
 
 def _checkpoints(config: dict) -> int:
-    """Checkpoints evaluated per benchmark: dense, every pruned and every quantized one."""
+    """Checkpoints evaluated per benchmark: dense, every pruned and every quantized one, and
+    each of those once more per perturbation seed (its perturbed twin)."""
     pr, q = config["pruning"], config["quantization"]
-    return (
-        1
-        + len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or []))
-        + len(q["methods"]) * len(q["bits"])
-    )
+    seeds = ((config.get("controls") or {}).get("perturbation") or {}).get("seeds") or []
+    compressed = len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or [])) + len(
+        q["methods"]
+    ) * len(q["bits"])
+    return 1 + compressed * (1 + len(seeds))
 
 
 def plan(
@@ -258,7 +263,10 @@ def plan(
     }
     for t in timings:
         per_pool_item = sum(t.per_item.get(p, 0.0) for p in pool_formats)
-        per_eval_item = per_pool_item + sum(t.per_item.get(p, 0.0) for p in decodes)
+        # the no-passage control runs on the selected items only, never on the pool
+        per_eval_item = per_pool_item + sum(
+            t.per_item.get(p, 0.0) for p in [*decodes, "mc_nopassage"]
+        )
         for n_available in languages_items.values():
             pool = min(it["pool_max"], n_available)
             selected = min(it["max_per_language"], math.ceil(pool * t.kept_share))

@@ -1,8 +1,11 @@
-"""Evaluate a checkpoint on an item file in the `open`, `candidates` and `mc` formats.
+"""Evaluate a checkpoint on an item file in the `open`, `candidates`, `mc` and `mc_nopassage`
+formats.
 
 Output: one row per item x format x sample, in the schema LOG_SCHEMA (documented in
 docs/logs.md). The `open` prompt is run once per item: its prefill yields the gold first-token
 rank, the MC option scores (through its KV cache) and the start of the greedy answer.
+`mc_nopassage` scores the same options on the same prompt without the passage (the guessing
+control), with its own short prefill.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from tqdm import tqdm
 
 from . import engine
 from .decoding import (
+    BatchItems,
     Tokens,
     budgets,
     decode_grouped,
@@ -48,6 +52,15 @@ class RunMeta:
     model_hash: str = ""
     config_hash: str = ""
 
+    def checkpoint(self) -> str:
+        """The checkpoint's identity, for messages."""
+        bits = "" if self.bits is None else f" bits={self.bits}"
+        return (
+            f"model={self.model} method={self.method} structure={self.structure} "
+            f"sparsity={self.sparsity:g}{bits} (dataset {self.dataset or '-'}, "
+            f"lang {self.lang or '-'})"
+        )
+
 
 @torch.inference_mode()
 def naive_logprob(model, prefix: list[int], cont: list[int]) -> float:
@@ -55,6 +68,7 @@ def naive_logprob(model, prefix: list[int], cont: list[int]) -> float:
     device = next(model.parameters()).device
     ids = torch.tensor([prefix + cont], device=device)
     logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
+    engine.check_finite(logp[None], "scoring of a boundary-merged option")
     n = len(prefix)
     return float(sum(logp[n - 1 + j, t] for j, t in enumerate(cont)))
 
@@ -72,6 +86,8 @@ def evaluate_items(
     (LOG_SCHEMA).
 
     exemplars: item_id -> item for the 1-shot examples (needed when recovery.oneshot is on).
+    Raises engine.NonFiniteError, naming the checkpoint, the step and the items, on a NaN or
+    infinite logit or log-probability: no row is returned.
     """
     unknown = set(settings.formats) - set(FORMATS)
     if unknown:
@@ -93,10 +109,24 @@ def evaluate_items(
         config_hash=meta.config_hash,
         sample=0,
     )
+    try:
+        out = _rows(model, toks, rows, settings, stop, base, exemplars, progress)
+    except engine.NonFiniteError as err:
+        err.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        err.checkpoint = f"{meta.checkpoint()} in {err.dtype}"
+        raise
+    df = pl.DataFrame(out, schema=LOG_SCHEMA)
+    return df.sort(["item_id", "format", "decode", "sample"])
+
+
+def _rows(model, toks, rows, settings, stop, base, exemplars, progress) -> list[dict]:
+    """The log rows of every requested format and recovery decode, unsorted."""
     out: list[dict] = []
     want = set(settings.formats)
     if want & {"open", "mc"}:
         out += _open_and_mc(model, toks, rows, settings, stop, base, want, progress)
+    if "mc_nopassage" in want:
+        out += _mc_nopassage(model, toks, rows, settings, base, progress)
     if "candidates" in want:
         out += greedy_format(model, toks, rows, settings, stop, base, progress, "candidates")
     if settings.recovery.any:
@@ -111,14 +141,14 @@ def evaluate_items(
                 keep &= {r["item_id"] for r in out if r["format"] == "mc" and r["correct"]}
             targets = [r for r in rows if r["item_id"] in keep]
         out += recovery_rows(model, toks, targets, settings, stop, base, exemplars or {}, progress)
-    df = pl.DataFrame(out, schema=LOG_SCHEMA)
-    return df.sort(["item_id", "format", "decode", "sample"])
+    return out
 
 
 def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:
     budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
     # greedy takes a budget per row: batches are cut by prompt length only
     texts, ids, order = format_prompts(toks, settings, rows, "open")
+    item_ids = [r["item_id"] for r in rows]
     out = []
     bar = tqdm(
         total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress
@@ -128,8 +158,10 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
         """Prefill and score each batch (its mc rows go to `out`); the open answers wait for
         their group's decode."""
         for batch in prefill_batches(order, ids, settings):
+            naming = BatchItems("open+mc", [item_ids[i] for i in batch])
             t0 = time.perf_counter()
-            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            with naming:
+                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             t_prefill = time.perf_counter() - t0
 
             t1 = time.perf_counter()
@@ -139,7 +171,8 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                 [c for _, c in g] + ([c for c, _ in options[b]] if options else [])
                 for b, g in enumerate(golds)
             ]
-            scores = engine.score_tokens(model, state, conts, toks.pad_id)
+            with naming:
+                scores = engine.score_tokens(model, state, conts, toks.pad_id)
             best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
             if "mc" in want:
                 out.extend(
@@ -161,7 +194,9 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
             if "open" in want:
                 yield batch, state, (best, t_prefill / len(batch))
 
-    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings)
+    grouped = decode_grouped(
+        model, prefilled(), budget, stop, toks.pad_id, settings, item_ids, "open"
+    )
     for batch, (best, t_prefill), gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(
@@ -180,6 +215,39 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                     **best[b],
                 )
             )
+    bar.close()
+    return out
+
+
+def _mc_nopassage(model, toks: Tokens, rows, settings, base, progress) -> list[dict]:
+    """The `mc_nopassage` rows: the mc options scored exactly as `mc` scores them, on the `mc`
+    prompt with the passage left out (prompts.user_message). The guessing control: how often
+    the question and the options alone pick the gold.
+
+    The prompts are short (the template, the instruction, the question), so their batches are
+    cheap; the tokens every prompt of a batch starts with (the template's head and the
+    instruction) run once per batch (engine.prefill's shared head).
+    """
+    texts, ids, order = format_prompts(toks, settings, rows, "mc_nopassage")
+    item_ids = [r["item_id"] for r in rows]
+    out = []
+    bar = tqdm(
+        total=len(rows), desc=f"mc_nopassage {base['dataset']}/{base['lang']}", disable=not progress
+    )
+    for batch in prefill_batches(order, ids, settings):
+        t0 = time.perf_counter()
+        with BatchItems("mc_nopassage", [item_ids[i] for i in batch]):
+            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            options = _option_continuations(toks, rows, batch, texts, ids)
+            conts = [[c for c, _ in options[b]] for b in range(len(batch))]
+            scores = engine.score_tokens(model, state, conts, toks.pad_id)
+        del state
+        new = _mc_rows(model, rows, batch, texts, ids, options, scores, base, "mc_nopassage")
+        seconds = (time.perf_counter() - t0) / len(batch)
+        for row in new:
+            row["seconds"] = seconds
+        out += new
+        bar.update(len(batch))
     bar.close()
     return out
 
@@ -254,7 +322,8 @@ def _option_continuations(
     return out
 
 
-def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict]:
+def _mc_rows(model, rows, batch, texts, ids, options, scores, base, fmt="mc") -> list[dict]:
+    """The log rows of option scores (format `fmt`: mc, or mc_nopassage on its own prompt)."""
     out = []
     for b, i in enumerate(batch):
         r = rows[i]
@@ -263,27 +332,34 @@ def _mc_rows(model, rows, batch, texts, ids, options, scores, base) -> list[dict
         for k, m in enumerate(merged):
             if m is not None:  # boundary merge: score from the shared prefix, without the cache
                 start, cont = m
-                ll[k] = naive_logprob(model, ids[i][:start], cont)
-        per_byte = [
-            s / max(1, len(o.encode("utf-8"))) for s, o in zip(ll, r["options"], strict=True)
-        ]
+                with BatchItems(fmt, [r["item_id"]]):
+                    ll[k] = naive_logprob(model, ids[i][:start], cont)
+        # lm-evaluation-harness's acc_norm divides by the option's length in characters, its
+        # acc_bytes by the length in UTF-8 bytes (a CJK character is 3 bytes, a Thai one 3)
+        opts = r["options"]
+        per_char = [s / max(1, len(o)) for s, o in zip(ll, opts, strict=True)]
+        per_byte = [s / max(1, len(o.encode("utf-8"))) for s, o in zip(ll, opts, strict=True)]
         pred = max(range(len(ll)), key=lambda k: ll[k])
-        pred_norm = max(range(len(ll)), key=lambda k: per_byte[k])
+        pred_norm = max(range(len(ll)), key=lambda k: per_char[k])
+        pred_bytes = max(range(len(ll)), key=lambda k: per_byte[k])
         out.append(
             dict(
                 base,
                 item_id=r["item_id"],
-                format="mc",
+                format=fmt,
                 decode="loglik",
                 prompt_id=prompt_id(texts[i]),
                 output=r["options"][pred],
                 answer_norm=normalize(r["options"][pred], r["lang"]),
                 correct=pred == r["gold_option"],
                 option_ll=ll,
+                option_ll_per_char=per_char,
                 option_ll_per_byte=per_byte,
                 pred_option=pred,
                 pred_option_norm=pred_norm,
                 correct_norm=pred_norm == r["gold_option"],
+                pred_option_bytes=pred_bytes,
+                correct_bytes=pred_bytes == r["gold_option"],
                 gold_option=r["gold_option"],
                 n_prompt_tokens=len(ids[i]),
                 n_output_tokens=0,

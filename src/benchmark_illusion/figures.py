@@ -19,12 +19,14 @@ import polars as pl  # noqa: E402
 
 from .aggregate import connect  # noqa: E402
 from .io import atomic_path  # noqa: E402
+from .perturbation import parse_perturbed  # noqa: E402
 
 log = logging.getLogger("benchmark_illusion")
 
 FIGURES = (
     "accuracy_vs_sparsity",
     "mc_only_by_language",
+    "mc_only_split",
     "gold_rank_cdf",
     "recovery_by_decode",
     "position_bias",
@@ -96,10 +98,14 @@ def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> N
 
 def _methods(df: pl.DataFrame) -> list[str]:
     """The pruning methods of the rows (the sparsity figures' panels and lines): neither dense
-    nor quantized (a `bits` value; quantized checkpoints are drawn by accuracy_vs_size)."""
+    nor quantized (a `bits` value; quantized checkpoints are drawn by accuracy_vs_size) nor a
+    perturbed twin (noise0-wanda: its rates are drawn as the perturbation floor, where a figure
+    shows one, not as a method of their own)."""
     if "bits" in df.columns:
         df = df.filter(pl.col("bits").is_null())
-    return sorted(m for m in df["method"].unique().to_list() if m != "dense")
+    return sorted(
+        m for m in df["method"].unique().to_list() if m != "dense" and parse_perturbed(m) is None
+    )
 
 
 def _label_unstructured(structure: str) -> str:
@@ -266,6 +272,21 @@ def mc_only_by_language(con, path: Path) -> None:
             marker="D",
             label=f"all pooled (n={int(pooled['n_items'].max())})",
         )
+        floor = pooled.filter(pl.col("method") == method)
+        if "perturbation_floor" in floor.columns and floor["perturbation_floor"].drop_nulls().len():
+            floor = floor.filter(pl.col("perturbation_floor").is_not_null())
+            _errorbar(
+                ax,
+                floor,
+                "sparsity",
+                "perturbation_floor",
+                "perturbation_floor_ci_low",
+                "perturbation_floor_ci_high",
+                color="0.45",
+                linestyle="--",
+                marker="x",
+                label="perturbation floor, pooled (noise of the same size)",
+            )
         nm_pooled = d.filter(
             (pl.col("method") == method)
             & (pl.col("structure") != "unstructured")
@@ -292,6 +313,67 @@ def mc_only_by_language(con, path: Path) -> None:
     fig.suptitle(
         "MC-only rate by language and sparsity "
         "(share of selected items recognised but not produced)",
+        fontsize=12,
+    )
+    _save(fig, path)
+
+
+MC_ONLY_STATUSES = {
+    "verbose": ("verbose: the gold stated in a sentence", "tab:gray"),
+    "demoted": ("demoted: a recovery decode produces it", "tab:blue"),
+    "erased": ("erased: decoded, never produced", "tab:red"),
+    "untested": ("untested: no decode ran", "white"),
+}
+
+
+def mc_only_split(con, path: Path) -> None:
+    """The pooled MC-only rate of every pruned checkpoint split by status (verbose, demoted,
+    erased, untested; the four sum to the strict MC-only rate), with the sentence-tolerant
+    MC-only rate and its interval beside the bars."""
+    df = con.sql("SELECT * FROM mc_only WHERE lang = 'all'").pl()
+    models = sorted(df["model"].unique().to_list())
+    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    for ax, model, method, d in panels:
+        m = d.filter(pl.col("method") == method).sort("structure", "sparsity")
+        labels = [
+            f"{r['sparsity']:g}{_label_unstructured(r['structure'])}"
+            for r in m.iter_rows(named=True)
+        ]
+        x = list(range(m.height))
+        bottom = [0.0] * m.height
+        for status, (label, color) in MC_ONLY_STATUSES.items():
+            h = [v or 0.0 for v in m[f"mc_only_{status}_rate"].to_list()]
+            ax.bar(x, h, bottom=bottom, color=color, edgecolor="k", linewidth=0.6, label=label)
+            bottom = [b + v for b, v in zip(bottom, h, strict=True)]
+        sent = m.with_row_index("pos").filter(pl.col("mc_only_sentence_rate").is_not_null())
+        _errorbar(
+            ax,
+            sent,
+            "pos",
+            "mc_only_sentence_rate",
+            "mc_only_sentence_ci_low",
+            "mc_only_sentence_ci_high",
+            fmt="D",
+            color="k",
+            label="sentence-tolerant MC-only rate (95% CI)",
+        )
+        ax.set_xticks(x, labels)
+        _label(ax, model, method, "sparsity", "share of selected items", (0, 1.03))
+    handles = {}
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles.keys()),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=3,
+            fontsize=8,
+        )
+    fig.suptitle(
+        "MC-only items by what became of the open answer (bars sum to the strict MC-only rate)",
         fontsize=12,
     )
     _save(fig, path)
@@ -476,6 +558,10 @@ def position_bias(con, path: Path) -> None:
     """Share of items whose chosen option sits at each position, per checkpoint, candidates and
     mc."""
     df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
+    # the perturbed twins are controls of the MC-only rate and the drops, not checkpoints to show
+    df = df.filter(
+        pl.col("method").map_elements(lambda m: parse_perturbed(m) is None, return_dtype=pl.Boolean)
+    )
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     fig, axes = _grid(
         len(models),
@@ -545,21 +631,23 @@ SIZE_LABEL = "stored bits per weight (table checkpoints: weight_bits)"
 
 def accuracy_vs_size(con, path: Path) -> None:
     """Pruning and quantization on one axis: accuracy per format and the MC-only rate against
-    the stored bits per weight of the compressed layers (`checkpoints.weight_bits`; dense 16),
+    the stored bits per weight of the compressed layers (`checkpoints.weight_bits`; dense at its
+    source's precision, 16 unless a GGUF source says otherwise),
     one line per method and structure kind (unstructured, each N:M, each quantization grid
     shape), so checkpoints of matched size stand one above the other."""
     acc = con.sql(
         "SELECT a.model, a.method, a.structure, a.sparsity, a.format, a.accuracy AS value, "
         "a.ci_low, a.ci_high, c.weight_bits, c.family, c.group_size, c.symmetric_grid "
         "FROM accuracy a JOIN checkpoints c USING (model, method, structure, sparsity) "
-        "WHERE a.dataset = 'all' AND a.format IN ('open', 'candidates', 'mc')"
+        "WHERE a.dataset = 'all' AND a.format IN ('open', 'candidates', 'mc') "
+        "AND c.family <> 'perturbation'"
     ).pl()
     mc_only = con.sql(
         "SELECT m.model, m.method, m.structure, m.sparsity, 'mc_only' AS format, "
         "m.mc_only_rate AS value, m.mc_only_ci_low AS ci_low, m.mc_only_ci_high AS ci_high, "
         "c.weight_bits, c.family, c.group_size, c.symmetric_grid "
         "FROM mc_only m JOIN checkpoints c USING (model, method, structure, sparsity) "
-        "WHERE m.dataset = 'all'"
+        "WHERE m.dataset = 'all' AND c.family <> 'perturbation'"
     ).pl()
     df = pl.concat([acc, mc_only], how="vertical_relaxed")
     panels = {**FORMATS, "mc_only": "MC-only rate (mc right, open wrong)"}

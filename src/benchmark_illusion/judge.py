@@ -118,6 +118,28 @@ correct (`judge`, the `open`, `oneshot` and recovery rows)
     An empty prediction (no tokens on its first non-empty line) is never correct and has
     every flag false and f1 0.0.
 
+correct_sentence (the sentence-tolerant verdict, beside `correct`)
+    A model that answers "The nearest town to Lake Varrow is Brennick." has produced the
+    answer, in a sentence instead of the short form; `correct` calls that wrong (too_long),
+    so a pruned model that drifts from terse answers to sentences would look as if it had
+    lost them. correct_sentence is true when `correct` is, and also when the judged line
+    - contains a gold (as whole tokens) and is not echo, hedge or repeat (so it names no
+      other option of the item, and does not copy the question);
+    - is one sentence (`sentence_count` == 1): a sentence ends at ".", "!", "?", "…" followed
+      by whitespace and more text, or at "。", "！", "？", "।", "॥", "؟", "۔" followed by more
+      text. A "." after a digit and before a digit ("1.5") or after a word of one to three
+      letters starting with a capital ("Mt.", "St.", "J.") does not end a sentence. Thai
+      writes no sentence punctuation: there the length cap alone bounds the answer;
+    - has at most  Q + G + sentence_slack  tokens (`sentence_too_long` otherwise), where Q is
+      the question's token count and G the longest contained gold's (judge tokens, so CJK
+      and Thai count characters as words). Default slack: 4;
+    - is not a passage copy around the gold (`sentence_copy`): its whole token sequence
+      occurs contiguously in the passage, it has at least G + 2 tokens, and fewer than half
+      of its tokens outside the gold occur in the question. Restating the question's words
+      around the gold is an answer; copying the passage's other words around it is not.
+    `candidates`: the same, and the judged text must name exactly the gold option.
+    `sentences` and `sentence_too_long` are reported for every non-empty prediction.
+
 `candidates` format (`judge_candidates`: the prompt lists the options, the model picks one)
     The output is correct only when it names exactly one option and that option is the
     gold. On the first non-empty line (after NFKC, so full-width "（Ｃ）" reads "(C)"):
@@ -415,6 +437,11 @@ class Judgement:
     options_named: int | None = None
     pred_option: int | None = None
     judged: str = field(default="", compare=False)
+    # the sentence-tolerant verdict and the flags behind it (module docstring)
+    correct_sentence: bool = False
+    sentences: int = 0
+    sentence_too_long: bool = False
+    sentence_copy: bool = False
 
 
 _EMPTY = Judgement(
@@ -472,6 +499,53 @@ def _scores(
     )
 
 
+_SENTENCE_END_SPACED = frozenset(".!?\u2026")
+_SENTENCE_END_UNSPACED = frozenset("\u3002\uff01\uff1f\u0964\u0965\u061f\u06d4")
+_ABBREVIATION = re.compile(r"(?:^|[\s(])[A-Z][A-Za-z]{0,2}$")
+SENTENCE_SLACK = 4
+
+
+def sentence_count(line: str) -> int:
+    """How many sentences `line` holds (module docstring, correct_sentence); 0 when it has
+    no letter or digit."""
+    count, start = 0, 0
+    for i, ch in enumerate(line):
+        rest = line[i + 1 :]
+        if ch in _SENTENCE_END_UNSPACED:
+            ends = any(c.isalnum() for c in rest)
+        elif ch in _SENTENCE_END_SPACED:
+            ends = bool(rest[:1].isspace()) and any(c.isalnum() for c in rest)
+            if ends and ch == "." and _ABBREVIATION.search(line[start:i]):
+                ends = False
+        else:
+            continue
+        if ends and any(c.isalnum() for c in line[start:i]):
+            count, start = count + 1, i + 1
+    return count + (1 if any(c.isalnum() for c in line[start:]) else 0)
+
+
+def _sentence_flags(
+    line: str,
+    pred: list[str],
+    contained: list[list[str]],
+    question: list[str],
+    passage: str,
+    lang: str,
+    sentence_slack: int,
+) -> tuple[int, bool, bool]:
+    """sentences, sentence_too_long and sentence_copy of a non-empty prediction."""
+    reference = max(contained, key=len) if contained else []
+    too_long = len(pred) > len(question) + len(reference) + sentence_slack
+    copy = False
+    if contained and passage and len(pred) >= len(reference) + 2:
+        if contains_tokens(tokenize(passage, lang), pred):
+            start = find_token_runs(pred, reference)[0]
+            rest = pred[:start] + pred[start + len(reference) :]
+            qset = set(question)
+            copy = sum(1 for t in rest if t in qset) < 0.5 * len(rest)
+    return sentence_count(line), too_long, copy
+
+
 def judge(
     prediction: str,
     golds: list[str],
@@ -481,6 +555,7 @@ def judge(
     max_length_factor: float = 3.0,
     max_length_slack: int = 3,
     options: list[str] | None = None,
+    sentence_slack: int = SENTENCE_SLACK,
 ) -> Judgement:
     """Judge the first non-empty line of `prediction` against `golds`.
 
@@ -516,18 +591,55 @@ def judge(
         n_options = len(kept)
         hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
     repeat = not s["exact_match"] and any(_is_repeat(pred, g) for g in gold_tokens)
-
+    correct = contained and not s["echo"] and not s["too_long"] and not hedge and not repeat
+    sentence = _sentence_verdict(
+        line, pred, s, question, passage, lang, sentence_slack, correct, hedge or repeat
+    )
     return Judgement(
         exact_match=s["exact_match"],
         f1=s["f1"],
         contains=contained,
         echo=s["echo"],
         too_long=s["too_long"],
-        correct=contained and not s["echo"] and not s["too_long"] and not hedge and not repeat,
+        correct=correct,
         hedge=hedge,
         repeat=repeat,
         options_named=n_options,
         judged=line,
+        **sentence,
+    )
+
+
+def _sentence_verdict(
+    line: str,
+    pred: list[str],
+    s: dict,
+    question: str,
+    passage: str,
+    lang: str,
+    sentence_slack: int,
+    correct: bool,
+    named_other: bool,
+) -> dict:
+    """correct_sentence and its flags (module docstring). Rule c of echo (a passage copy
+    longer than the short-answer limit) is replaced by sentence_copy; rules a and b stay."""
+    qtoks = tokenize(question, lang)
+    sentences, too_long, copy = _sentence_flags(
+        line, pred, s["contained"], qtoks, passage, lang, sentence_slack
+    )
+    ok = (
+        bool(s["contained"])
+        and not named_other
+        and not _question_echo(pred, s["contained"], qtoks)
+        and sentences == 1
+        and not too_long
+        and not copy
+    )
+    return dict(
+        correct_sentence=correct or ok,
+        sentences=sentences,
+        sentence_too_long=too_long,
+        sentence_copy=copy,
     )
 
 
@@ -586,6 +698,7 @@ def judge_candidates(
     letters: bool = True,
     max_length_factor: float = 3.0,
     max_length_slack: int = 3,
+    sentence_slack: int = SENTENCE_SLACK,
 ) -> Judgement:
     """Judge a `candidates` answer: correct only when it names exactly the gold option.
 
@@ -627,23 +740,36 @@ def judge_candidates(
     repeat = not any(pred == t for t in option_tokens) and any(
         _is_repeat(pred, t) for t in option_tokens
     )
+    correct = (
+        pred_option == gold_option
+        and contained
+        and not echo
+        and not too_long
+        and not hedge
+        and not repeat
+    )
+    sentence = _sentence_verdict(
+        judged,
+        pred,
+        s,
+        question,
+        passage,
+        lang,
+        sentence_slack,
+        correct,
+        pred_option != gold_option or hedge or repeat,
+    )
     return Judgement(
         exact_match=s["exact_match"],
         f1=s["f1"],
         contains=contained,
         echo=echo,
         too_long=too_long,
-        correct=(
-            pred_option == gold_option
-            and contained
-            and not echo
-            and not too_long
-            and not hedge
-            and not repeat
-        ),
+        correct=correct,
         hedge=hedge,
         repeat=repeat,
         options_named=len(named),
         pred_option=pred_option,
         judged=judged,
+        **sentence,
     )

@@ -40,14 +40,24 @@ def evaluation(config: dict) -> dict:
     }
 
 
+# formats the selection pool does not run: the selection reads open and mc only, and the
+# no-passage control is measured on the selected items (by `evaluate`, the dense model included)
+NOT_IN_POOL = ("mc_nopassage",)
+
+
 def pool_evaluation(config: dict) -> dict:
-    """Like `evaluation`, without the recovery settings: the selection pool is never decoded.
+    """Like `evaluation`, without the recovery settings (the selection pool is never decoded)
+    and without the formats of NOT_IN_POOL.
 
     The dense model is evaluated (and decoded) again on the selected items by `evaluate`, so a
-    decoding parameter must not re-run the dense pool and the selection.
+    decoding parameter must not re-run the dense pool and the selection, and neither must
+    switching the no-passage control on or off.
     """
     params = evaluation(config)
     params["evaluation"] = _without(params["evaluation"], "recovery")
+    formats = params["evaluation"].get("formats")
+    if formats is not None:
+        params["evaluation"]["formats"] = [f for f in formats if f not in NOT_IN_POOL]
     return params
 
 
@@ -81,6 +91,12 @@ def quantize(config: dict, model_name: str, method: str) -> dict:
     if method == "gptq":
         params.update(batch_size=q["batch_size"], gptq=q["gptq"])
     return params
+
+
+def perturb(config: dict, model_name: str) -> dict:
+    """What changes one perturbed twin besides its inputs (the dense model and the compressed
+    checkpoint) and its seed (in its path): the model's dtype, which the sum is stored in."""
+    return {"dtype": config["models"][model_name]["dtype"]}
 
 
 def metrics(config: dict) -> dict:

@@ -23,9 +23,12 @@ from transformers import AutoTokenizer
 from . import calibration as cal
 from . import quantization as quant
 from .datasteps import seeded_order
+from .engine import NonFiniteError
 from .evaluate import RunMeta, evaluate_items
 from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
 from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device
+from .params import NOT_IN_POOL
+from .perturbation import parse_perturbed
 from .prompts import PromptSettings
 from .pruning.layerwise import PruneSettings, check_report, prune_model
 from .recovery import recovery_floor
@@ -59,6 +62,7 @@ def eval_settings(params: dict, recovery: bool = True):
         budget_margin=e["budget_margin"],
         max_length_factor=j["max_length_factor"],
         max_length_slack=j["max_length_slack"],
+        sentence_slack=j["sentence_slack"],
         seed=params["seed"],
     )
 
@@ -67,10 +71,14 @@ def eval_config_hash(params: dict) -> str:
     """Hash of the params behind the greedy and mc rows (params.evaluation, or the pool's).
 
     Recovery settings are left out: they only change the recovery rows, whose `decode` and
-    `sample` columns say how they were made, and the dense pool is not re-run for them. The
-    pool and the selected items' evaluation therefore carry the same hash.
+    `sample` columns say how they were made, and the dense pool is not re-run for them. So are
+    the formats the pool leaves out (params.NOT_IN_POOL): their rows are their own, and no other
+    row depends on them. The pool and the selected items' evaluation therefore carry the same
+    hash.
     """
     e = {k: v for k, v in params["evaluation"].items() if k != "recovery"}
+    if "formats" in e:
+        e["formats"] = [f for f in e["formats"] if f not in NOT_IN_POOL]
     return stable_hash(
         {
             "prompt": params["prompt"],
@@ -83,7 +91,11 @@ def eval_config_hash(params: dict) -> str:
 
 def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
     """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
-    pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'."""
+    pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'; a
+    perturbed twin (noise0-gptq) its source's structure and no bits (its weights are dense)."""
+    twin = parse_perturbed(method)
+    if twin is not None:
+        return describe_checkpoint(twin[1], structure)[0], None
     if method in quant.METHODS:
         grid = parse_grid(structure)
         return str(grid), grid.bits
@@ -123,6 +135,8 @@ def evaluate_file(
     throughput: EvalSettings fields that set how many rows run together (params.THROUGHPUT_KEYS:
       decode_rows, batch_tokens, decode_tokens; absent: the settings' defaults); like the
       device, they change the speed and the memory, not a decision.
+    A NaN or infinite logit or log-probability raises engine.NonFiniteError (naming the
+    checkpoint, its path, the step and the items) and `out` is not written.
     """
     structure, bits = describe_checkpoint(method, structure)
     items = pl.read_parquet(items_path)
@@ -164,7 +178,11 @@ def evaluate_file(
     if settings.recovery.oneshot:
         table = pl.read_parquet(exemplar_items or items_path)
         exemplars = {r["item_id"]: r for r in table.to_dicts()}
-    df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
+    try:
+        df = evaluate_items(net, tok, items, settings, meta, exemplars=exemplars)
+    except NonFiniteError as err:  # raised before any row is written: `out` is left as it was
+        err.checkpoint = f"{err.checkpoint}, read from {checkpoint}"
+        raise
     dt = time.perf_counter() - t0
     write_parquet(df, out)
 

@@ -11,6 +11,8 @@ is ..."), and a rank at that position says little (median ~45 for a dense 135M m
   candidates  passage + question + the options       -> greedy generation
               (style 'letters': "A. text" .. "D. text"; style 'bullets': "- text", no letters)
   mc          the `open` prompt, each option appended -> log-likelihood scoring
+  mc_nopassage  the `mc` prompt without the passage   -> log-likelihood scoring (the guessing
+              control: what the question and the options alone give)
   oneshot     one worked example (same language, another passage), then the `open` prompt
 """
 
@@ -77,17 +79,27 @@ class PromptSettings:
         return " " if p and not p[-1].isspace() else ""
 
 
+def question_line(item: dict) -> str:
+    """The item's question as every format writes it (the last part of `item_body`)."""
+    return f"Question: {item['question']}"
+
+
 def item_body(item: dict) -> str:
     """The item's own text, the passage and the question, as every format writes it.
 
     The one place this text is spelled: concepts.item_prompt finds it in the rendered prompt to
     tell the item's tokens from the template's.
     """
-    return f"Passage: {item['context']}\n\nQuestion: {item['question']}"
+    return f"Passage: {item['context']}\n\n{question_line(item)}"
 
 
 def user_message(item: dict, fmt: str, candidates_style: str = "letters") -> str:
-    """The user turn for one item in `open`/`mc` (same text) or `candidates` format."""
+    """The user turn for one item in `open`/`mc` (same text), `mc_nopassage` (that text without
+    the passage) or `candidates` format."""
+    if fmt == "mc_nopassage":
+        # the `mc` prompt with the passage left out, nothing else changed (the instruction
+        # included): the only difference between the two is the passage
+        return f"{OPEN_INSTRUCTION}\n\n{question_line(item)}"
     body = item_body(item)
     if fmt in ("open", "mc"):
         return f"{OPEN_INSTRUCTION}\n\n{body}"
@@ -139,7 +151,8 @@ def render(tokenizer, settings: PromptSettings, turns: list[tuple[str, str]], us
 def build_prompt(
     tokenizer, settings: PromptSettings, item: dict, fmt: str, exemplar: dict | None = None
 ) -> str:
-    """Prompt text for `item` in format `fmt` ('open', 'candidates', 'mc', 'oneshot')."""
+    """Prompt text for `item` in format `fmt` ('open', 'candidates', 'mc', 'mc_nopassage',
+    'oneshot')."""
     if fmt == "oneshot":
         if exemplar is None:
             raise ValueError(f"item {item.get('item_id')!r}: oneshot needs an exemplar")

@@ -32,7 +32,7 @@ import torch
 from tqdm import tqdm
 
 from . import engine
-from .decoding import batches, budgets, format_prompts, generated_row, greedy_format
+from .decoding import BatchItems, batches, budgets, format_prompts, generated_row, greedy_format
 from .settings import RecoverySettings
 
 __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
@@ -65,31 +65,35 @@ def recovery_rows(
         )
         for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
             # One prefill of the batch's prompts serves every beam and every sample.
+            names = [rows[i]["item_id"] for i in batch]
             t0 = time.perf_counter()
-            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
+            with BatchItems(f"recovery {'+'.join(decodes)}", names):
+                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
             t_prefill = (time.perf_counter() - t0) / len(decodes)
             row_budgets = [budget[i] for i in batch]
             for decode in decodes:
                 t1 = time.perf_counter()
                 if decode == "beam":
-                    seqs = engine.beam_search(
-                        model, state, rec.num_beams, row_budgets, stop.stop_ids
-                    )
+                    with BatchItems("recovery beam", names):
+                        seqs = engine.beam_search(
+                            model, state, rec.num_beams, row_budgets, stop.stop_ids
+                        )
                 else:
                     # Seeded per batch: batches are fixed by length sorting, so reruns draw
                     # the same.
                     gen = torch.Generator(device=state.mask.device)
                     gen.manual_seed(settings.seed * 1_000_003 + n_batch)
-                    seqs = engine.sample(
-                        model,
-                        state,
-                        rec.num_samples,
-                        row_budgets,
-                        stop,
-                        gen,
-                        top_p=rec.top_p,
-                        temperature=rec.temperature,
-                    )
+                    with BatchItems("recovery sample", names):
+                        seqs = engine.sample(
+                            model,
+                            state,
+                            rec.num_samples,
+                            row_budgets,
+                            stop,
+                            gen,
+                            top_p=rec.top_p,
+                            temperature=rec.temperature,
+                        )
                 k = rec.num_beams if decode == "beam" else rec.num_samples
                 dt = (t_prefill + time.perf_counter() - t1) / (len(batch) * k)
                 for b, i in enumerate(batch):

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 from .prompts import PromptSettings
 
-FORMATS = ("open", "candidates", "mc")
+# mc_nopassage: the mc options scored with the passage left out of the prompt (the guessing
+# control, docs/metrics.md); item selection does not use it (params.pool_evaluation)
+FORMATS = ("open", "candidates", "mc", "mc_nopassage")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class RecoverySettings:
     temperature: float = 1.0
     oneshot: bool = True
     max_new_tokens: int = 16
-    scope: str = "mc_only"
+    scope: str = "open_wrong"
 
     @classmethod
     def only(cls, *decodes: str, **kwargs) -> RecoverySettings:
@@ -58,5 +60,6 @@ class EvalSettings:
     budget_margin: int = 4
     max_length_factor: float = 3.0
     max_length_slack: int = 3
+    sentence_slack: int = 4
     seed: int = 1234
     recovery: RecoverySettings = field(default_factory=RecoverySettings.only)  # off unless asked

@@ -72,3 +72,27 @@ def resolve_gguf(cfg: dict) -> Path:
     if not path.is_file():
         raise ModelSourceError(f"GGUF file not found: {path}")
     return path
+
+
+def gguf_precision(path: str | Path) -> dict:
+    """How the decoder's weight matrices (the 2-D tensors of `blk.*`) are stored in a GGUF file:
+    their most common type (e.g. 'Q4_1') and the bits per weight over all of them, scales and
+    minimums included (a Q4_1 block holds 32 weights in 20 bytes: 5.0 bits per weight). The
+    header and tensor table are read without loading the weights."""
+    from gguf import GGML_QUANT_SIZES, GGUFReader
+
+    bits, weights, by_type = 0.0, 0, {}
+    for t in GGUFReader(path).tensors:
+        if not t.name.startswith("blk.") or len(t.shape) != 2:
+            continue
+        block, size = GGML_QUANT_SIZES[t.tensor_type]
+        n = int(t.n_elements)
+        bits += n * 8 * size / block
+        weights += n
+        by_type[t.tensor_type.name] = by_type.get(t.tensor_type.name, 0) + n
+    if not weights:
+        return {"weight_type": None, "bits_per_weight": None}
+    return {
+        "weight_type": max(by_type, key=by_type.get),
+        "bits_per_weight": round(bits / weights, 4),
+    }

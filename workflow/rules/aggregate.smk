@@ -4,6 +4,8 @@ rule aggregate:
         selected=selected_files(),
         pool=pool_files(),
         item_reports=item_report_files(),
+        # the perturbed twins' folders, for their perturbation.json (the `perturbations` table)
+        perturbations=perturbed_checkpoints(),
         sql=sql_files(),
     output:
         METRICS_DB,
@@ -14,6 +16,8 @@ rule aggregate:
         runtime=aggregate_sized("runtime"),
     params:
         metrics=get_metric_settings(),
+        # how each source stores its weights (the `model_sources` table): a GGUF's real precision
+        model_sources=get_model_sources(),
     script:
         "../scripts/aggregate.py"
 
@@ -34,6 +38,12 @@ rule figures:
             caption="../report/mc_only_by_language.rst",
             category="Figures",
             labels={"figure": "2 MC-only rate by language"},
+        ),
+        report(
+            "results/figures/mc_only_split.png",
+            caption="../report/mc_only_split.rst",
+            category="Figures",
+            labels={"figure": "2b MC-only items by status"},
         ),
         report(
             "results/figures/gold_rank_cdf.png",

@@ -40,6 +40,11 @@ PRUNE_METHODS = "magnitude|wanda|sparsegpt"
 PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
 QUANT_METHODS = "rtn|gptq"
 QUANT_STRUCTURES = STRUCTURE_PATTERN
+# A perturbed twin of a pruned or quantized checkpoint: noise<seed>-<source method>, with the
+# source's structure and sparsity (benchmark_illusion.perturbation). No other method starts with
+# a letter run followed by digits and '-', so the patterns stay disjoint.
+PERTURBED_METHODS = f"noise(?:0|[1-9][0-9]*)-(?:{PRUNE_METHODS}|{QUANT_METHODS})"
+PERTURBATION_SEEDS = config["controls"]["perturbation"]["seeds"]
 
 
 def one_of(names):
@@ -86,7 +91,9 @@ def get_eval_config(wildcards):
 
 
 def get_checkpoint(wildcards):
-    """The weights `evaluate` loads: the imported model for method dense, else a pruned checkpoint."""
+    """The weights `evaluate` loads: the imported model for method dense, else the checkpoint
+    folder of {method} (pruned, quantized, or a perturbed twin noise<seed>-<source>: rule
+    `perturb`)."""
     if wildcards.method == "dense":
         return f"resources/models/{wildcards.model}"
     return f"results/checkpoints/{wildcards.model}/{wildcards.method}/{wildcards.structure}/{wildcards.sparsity}"
@@ -141,9 +148,58 @@ def compressed_generation_files():
     ]
 
 
+def perturbation_targets():
+    """(method, structure path, sparsity str) of every perturbed twin: one per pruned or
+    quantized checkpoint and seed of controls.perturbation.seeds (none when it is empty).
+    """
+    from benchmark_illusion.perturbation import perturbed_method
+
+    return [
+        (perturbed_method(seed, meth), st, s)
+        for seed in PERTURBATION_SEEDS
+        for meth, st, s in pruning_targets() + quantization_targets()
+    ]
+
+
+def perturbed_checkpoints():
+    """The perturbed twins' checkpoint folders (their perturbation.json feeds `checkpoints`)."""
+    return [
+        f"results/checkpoints/{m}/{meth}/{st}/{s}"
+        for m in MODELS
+        for meth, st, s in perturbation_targets()
+    ]
+
+
+def perturbed_generation_files():
+    """Evaluation logs of every perturbed twin on the selected items."""
+    return [
+        f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
+        for m in MODELS
+        for meth, st, s in perturbation_targets()
+        for d, l in dataset_langs()
+    ]
+
+
+def get_perturbation_source(wildcards):
+    """The compressed checkpoint a twin {method} = noise<seed>-<source> copies the size of."""
+    from benchmark_illusion.perturbation import parse_perturbed
+
+    _, source = parse_perturbed(wildcards.method)
+    return f"results/checkpoints/{wildcards.model}/{source}/{wildcards.structure}/{wildcards.sparsity}"
+
+
+def get_perturb_params(wildcards):
+    """What changes one perturbed twin besides its inputs and seed (rule_params.perturb)."""
+    return rule_params.perturb(config, wildcards.model)
+
+
 def generation_files():
     """Every evaluation log the aggregation reads."""
-    return dense_generation_files() + compressed_generation_files()
+    return (
+        dense_generation_files()
+        + compressed_generation_files()
+        + perturbed_generation_files()
+    )
 
 
 def get_calibration_input(wildcards):
@@ -265,7 +321,12 @@ def aggregate_sized(key):
 
     n = (
         len(MODELS)
-        * (1 + len(pruning_targets()) + len(quantization_targets()))
+        * (
+            1
+            + len(pruning_targets())
+            + len(quantization_targets())
+            + len(perturbation_targets())
+        )
         * len(dataset_langs())
         * config["items"]["max_per_language"]
     )
@@ -274,6 +335,15 @@ def aggregate_sized(key):
         return aggregate_resources(n, attempt)[key]
 
     return resource
+
+
+def get_model_sources():
+    """Per model, the config keys that locate its weights (source, package, file, path, id)."""
+    keys = ("source", "package", "file", "path", "id")
+    return {
+        m: {k: config["models"][m][k] for k in keys if k in config["models"][m]}
+        for m in MODELS
+    }
 
 
 def get_metric_settings():
@@ -300,6 +370,7 @@ def get_final_output():
         "results/illusion.duckdb",
         "results/figures/accuracy_vs_sparsity.png",
         "results/figures/mc_only_by_language.png",
+        "results/figures/mc_only_split.png",
         "results/figures/gold_rank_cdf.png",
         "results/figures/recovery_by_decode.png",
         "results/figures/position_bias.png",

@@ -81,8 +81,9 @@ rule evaluate:
         "logs/benchmarks/evaluate/{model}/{method}/{structure}/{sparsity}/{dataset}/{lang}.tsv"
     wildcard_constraints:
         # the dense model too (dense/none/0): the same rule, batch size, dtype and device as a
-        # pruned checkpoint, so that its MC-only rate and drops are the noise floor
-        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}",
+        # pruned checkpoint, so that its MC-only rate and drops are the noise floor; the
+        # perturbed twins too, whose rates are the perturbation floor
+        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}",
         structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
     threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): common.smk
     resources:

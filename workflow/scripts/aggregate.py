@@ -9,4 +9,6 @@ aggregate.build_database(
     sql_files=list(snakemake.input.sql),
     settings=aggregate.MetricSettings(**snakemake.params.metrics),
     item_reports=list(snakemake.input.item_reports),
+    perturbation_reports=list(snakemake.input.perturbations),
+    model_sources=snakemake.params.model_sources,
 )

@@ -11,34 +11,64 @@
 --                   asymmetric]) / group_size (per channel: bits);
 --                   unstructured pruning 16 (1 - s) + 1 (a bit mask); N:M pruning (1 - s) (16 +
 --                   log2 M) (an index into the group of M per kept weight).
+--                   The dense row uses the source's own precision where it is known: a GGUF
+--                   source's bits per weight (model_sources; the bundled SmolLM2 is Q4_1, 5.0
+--                   bits per weight), else 16.
 --   compression   16 / weight_bits
+--   source_weight_type, source_bits_per_weight  how the model's source stores its decoder
+--                 weights (model_sources; NULL for safetensors sources)
+--   family 'perturbation': a perturbed twin (method noise<seed>-<source method>, the source's
+--                 structure and sparsity; rule `perturb`): dense weights plus noise, so no bits,
+--                 group size or grid, and 16 bits per weight
+--   seed, source_method  a twin's seed and the method of the checkpoint it copies (NULL otherwise)
+--   relative_change  sqrt(sum ||W' - W||_F^2 / sum ||W||_F^2) over the Linears the compression
+--                 changed, W the dense weights: a twin's measured change, and for a compressed
+--                 checkpoint with twins its own (the one its twins matched, from their
+--                 perturbation.json); NULL for dense and for checkpoints without twins
 CREATE OR REPLACE TABLE checkpoints AS
 WITH keys AS (
-    SELECT DISTINCT model, method, structure, sparsity FROM generations
+    SELECT DISTINCT model, method, structure, sparsity,
+           nullif(regexp_extract(method, '^noise(0|[1-9][0-9]*)-(.+)$', 1), '')::BIGINT AS seed,
+           nullif(regexp_extract(method, '^noise(0|[1-9][0-9]*)-(.+)$', 2), '')         AS source_method
+    FROM generations
 ),
 parsed AS (
     SELECT *,
            CASE WHEN method = 'dense' THEN 'dense'
+                WHEN source_method IS NOT NULL THEN 'perturbation'
                 WHEN regexp_matches(structure, '^int[0-9]+-') THEN 'quantization'
                 ELSE 'pruning' END AS family,
-           nullif(regexp_extract(structure, '^int([0-9]+)-', 1), '')::INTEGER       AS bits,
-           nullif(regexp_extract(structure, '^int[0-9]+-g([0-9]+)', 1), '')::INTEGER AS group_size,
+           CASE WHEN source_method IS NULL THEN
+               nullif(regexp_extract(structure, '^int([0-9]+)-', 1), '')::INTEGER END       AS bits,
+           CASE WHEN source_method IS NULL THEN
+               nullif(regexp_extract(structure, '^int[0-9]+-g([0-9]+)', 1), '')::INTEGER END AS group_size,
            nullif(regexp_extract(structure, '^[0-9]+:([0-9]+)$', 1), '')::INTEGER    AS nm_m
     FROM keys
 ),
 sized AS (
-    SELECT * EXCLUDE (nm_m),
+    SELECT p.* EXCLUDE (nm_m),
            CASE WHEN family = 'quantization' THEN structure LIKE '%-sym' END AS symmetric_grid,
            CASE family
-               WHEN 'dense' THEN 16.0
+               WHEN 'dense' THEN coalesce(ms.bits_per_weight, 16.0)
+               WHEN 'perturbation' THEN 16.0
                WHEN 'quantization' THEN bits + coalesce(
                    (16 + CASE WHEN structure LIKE '%-sym' THEN 0 ELSE bits END) / group_size, 0)
                ELSE CASE WHEN nm_m IS NULL THEN 16 * (1 - sparsity) + 1
                          ELSE (1 - sparsity) * (16 + log2(nm_m)) END
            END AS weight_bits
-    FROM parsed
+    FROM parsed p
+    LEFT JOIN model_sources ms USING (model)
 )
-SELECT model, method, structure, sparsity, family, bits, group_size, symmetric_grid,
-       weight_bits, round(16 / weight_bits, 4) AS compression
-FROM sized
-ORDER BY model, family <> 'dense', family, method, structure, sparsity;
+SELECT s.model, s.method, s.structure, s.sparsity, s.family, s.bits, s.group_size,
+       s.symmetric_grid, s.weight_bits, round(16 / s.weight_bits, 4) AS compression,
+       s.seed, s.source_method, coalesce(t.relative_change, src.relative_change) AS relative_change,
+       ms.weight_type AS source_weight_type, ms.bits_per_weight AS source_bits_per_weight
+FROM sized s
+LEFT JOIN model_sources ms USING (model)
+LEFT JOIN perturbations t USING (model, method, structure, sparsity)
+LEFT JOIN (
+    SELECT model, source_method AS method, structure, sparsity,
+           avg(source_relative_change) AS relative_change
+    FROM perturbations GROUP BY ALL
+) src USING (model, method, structure, sparsity)
+ORDER BY s.model, s.family <> 'dense', s.family, s.method, s.structure, s.sparsity;

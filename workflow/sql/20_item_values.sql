@@ -96,22 +96,33 @@ WITH selected_values AS (
            candidates_correct::DOUBLE  AS acc_candidates,
            mc_correct::DOUBLE          AS acc_mc,
            mc_norm_correct::DOUBLE     AS acc_mc_norm,
+           mc_bytes_correct::DOUBLE    AS acc_mc_bytes,
            oneshot::DOUBLE             AS acc_oneshot,
+           -- the guessing control: mc on the same prompt without the passage (format mc_nopassage)
+           mc_nopassage_correct::DOUBLE      AS acc_mc_nopassage,
+           mc_nopassage_norm_correct::DOUBLE AS acc_mc_nopassage_norm,
            -- chance-adjusted accuracy, (correct - 1/K) / (1 - 1/K): 0 = guessing, 1 = all right
            (mc_correct::DOUBLE - 1.0 / n_options) / (1 - 1.0 / n_options)         AS acc_mc_chance_adj,
            (candidates_correct::DOUBLE - 1.0 / n_options) / (1 - 1.0 / n_options) AS acc_candidates_chance_adj,
+           (mc_nopassage_correct::DOUBLE - 1.0 / n_options) / (1 - 1.0 / n_options) AS acc_mc_nopassage_chance_adj,
            -- drop vs the reference on the same item: the dense model for a pruned checkpoint; for
            -- the dense row the selection run (its drops are the noise floor)
            dense_open_correct::DOUBLE - open_correct::DOUBLE             AS drop_open,
            dense_candidates_correct::DOUBLE - candidates_correct::DOUBLE AS drop_candidates,
            dense_mc_correct::DOUBLE - mc_correct::DOUBLE                 AS drop_mc,
            dense_mc_norm_correct::DOUBLE - mc_norm_correct::DOUBLE       AS drop_mc_norm,
+           dense_mc_bytes_correct::DOUBLE - mc_bytes_correct::DOUBLE     AS drop_mc_bytes,
            -- production vs recognition
            candidates_correct::DOUBLE - open_correct::DOUBLE AS delta_pr,
            mc_only::DOUBLE                                    AS mc_only,
            -- MC-only beyond guessing: a model that cannot produce the answer still picks it in mc
            -- 1/K of the time by chance, so subtract (1 - open_correct) / K per item
            mc_only::DOUBLE - (1 - open_correct::DOUBLE) / n_options AS mc_only_guess_adj,
+           -- the same with the guessing measured instead of assumed: on an open-wrong item, mc
+           -- minus mc without the passage (the model's own answer-type prior, not 1/K); 0 on an
+           -- open-right item. Mean: the MC-only rate minus the share of items open gets wrong
+           -- and mc gets right without the passage. NULL where mc_nopassage did not run.
+           mc_only::DOUBLE - (1 - open_correct::DOUBLE) * mc_nopassage_correct::DOUBLE AS mc_only_guess_adj_nopassage,
            -- recoverability of MC-only items, per decode and any decode (oracle)
            CASE WHEN mc_only THEN beam_top::DOUBLE END        AS rec_beam_top,
            CASE WHEN mc_only THEN beam_any::DOUBLE END        AS rec_beam_any,
@@ -119,20 +130,54 @@ WITH selected_values AS (
            CASE WHEN mc_only THEN sample_majority::DOUBLE END AS rec_sample_majority,
            CASE WHEN mc_only THEN oneshot::DOUBLE END         AS rec_oneshot,
            CASE WHEN mc_only THEN recovered::DOUBLE END       AS rec_oracle,
-           -- false recovery: the same decodes judged against a fixed distractor (the decoy)
-           CASE WHEN mc_only THEN beam_top_decoy::DOUBLE END        AS frec_beam_top,
-           CASE WHEN mc_only THEN beam_any_decoy::DOUBLE END        AS frec_beam_any,
-           CASE WHEN mc_only THEN sample_pass_decoy::DOUBLE END     AS frec_sample_pass,
-           CASE WHEN mc_only THEN sample_majority_decoy::DOUBLE END AS frec_sample_majority,
-           CASE WHEN mc_only THEN oneshot_decoy::DOUBLE END         AS frec_oneshot,
-           CASE WHEN mc_only THEN recovered_decoy::DOUBLE END       AS frec_oracle,
-           -- corrected recovery: recovered minus falsely recovered, per item (paired)
-           CASE WHEN mc_only THEN beam_top::DOUBLE - beam_top_decoy::DOUBLE END               AS crec_beam_top,
-           CASE WHEN mc_only THEN beam_any::DOUBLE - beam_any_decoy::DOUBLE END               AS crec_beam_any,
-           CASE WHEN mc_only THEN sample_pass::DOUBLE - sample_pass_decoy::DOUBLE END         AS crec_sample_pass,
-           CASE WHEN mc_only THEN sample_majority::DOUBLE - sample_majority_decoy::DOUBLE END AS crec_sample_majority,
-           CASE WHEN mc_only THEN oneshot::DOUBLE - oneshot_decoy::DOUBLE END                 AS crec_oneshot,
-           CASE WHEN mc_only THEN recovered::DOUBLE - recovered_decoy::DOUBLE END             AS crec_oracle,
+           -- false recovery: the same decodes judged against every distractor of the item as if
+           -- it were the gold; frec = any distractor produced (the maximum), frecm = the share of
+           -- the K - 1 distractors produced (the mean over distractors)
+           CASE WHEN mc_only THEN (beam_top_false <> 0)::DOUBLE END        AS frec_beam_top,
+           CASE WHEN mc_only THEN (beam_any_false <> 0)::DOUBLE END        AS frec_beam_any,
+           CASE WHEN mc_only THEN (sample_pass_false <> 0)::DOUBLE END     AS frec_sample_pass,
+           CASE WHEN mc_only THEN (sample_majority_false <> 0)::DOUBLE END AS frec_sample_majority,
+           CASE WHEN mc_only THEN (oneshot_false <> 0)::DOUBLE END         AS frec_oneshot,
+           CASE WHEN mc_only THEN (recovered_false <> 0)::DOUBLE END       AS frec_oracle,
+           CASE WHEN mc_only THEN bit_count(beam_top_false) / (n_options - 1) END        AS frecm_beam_top,
+           CASE WHEN mc_only THEN bit_count(beam_any_false) / (n_options - 1) END        AS frecm_beam_any,
+           CASE WHEN mc_only THEN bit_count(sample_pass_false) / (n_options - 1) END     AS frecm_sample_pass,
+           CASE WHEN mc_only THEN bit_count(sample_majority_false) / (n_options - 1) END AS frecm_sample_majority,
+           CASE WHEN mc_only THEN bit_count(oneshot_false) / (n_options - 1) END         AS frecm_oneshot,
+           CASE WHEN mc_only THEN bit_count(recovered_false) / (n_options - 1) END       AS frecm_oracle,
+           -- corrected recovery: recovered minus falsely recovered (any distractor), per item
+           CASE WHEN mc_only THEN beam_top::DOUBLE - (beam_top_false <> 0)::DOUBLE END               AS crec_beam_top,
+           CASE WHEN mc_only THEN beam_any::DOUBLE - (beam_any_false <> 0)::DOUBLE END               AS crec_beam_any,
+           CASE WHEN mc_only THEN sample_pass::DOUBLE - (sample_pass_false <> 0)::DOUBLE END         AS crec_sample_pass,
+           CASE WHEN mc_only THEN sample_majority::DOUBLE - (sample_majority_false <> 0)::DOUBLE END AS crec_sample_majority,
+           CASE WHEN mc_only THEN oneshot::DOUBLE - (oneshot_false <> 0)::DOUBLE END                 AS crec_oneshot,
+           CASE WHEN mc_only THEN recovered::DOUBLE - (recovered_false <> 0)::DOUBLE END             AS crec_oracle,
+           -- the same, sentence-tolerant (sent_*): over the items MC-only under the sentence
+           -- verdict, every decode judged by correct_sentence
+           CASE WHEN mc_only_sentence THEN beam_top_sentence::DOUBLE END        AS sent_rec_beam_top,
+           CASE WHEN mc_only_sentence THEN beam_any_sentence::DOUBLE END        AS sent_rec_beam_any,
+           CASE WHEN mc_only_sentence THEN sample_pass_sentence::DOUBLE END     AS sent_rec_sample_pass,
+           CASE WHEN mc_only_sentence THEN sample_majority_sentence::DOUBLE END AS sent_rec_sample_majority,
+           CASE WHEN mc_only_sentence THEN oneshot_sentence::DOUBLE END         AS sent_rec_oneshot,
+           CASE WHEN mc_only_sentence THEN recovered_sentence::DOUBLE END       AS sent_rec_oracle,
+           CASE WHEN mc_only_sentence THEN (beam_top_false_sentence <> 0)::DOUBLE END        AS sent_frec_beam_top,
+           CASE WHEN mc_only_sentence THEN (beam_any_false_sentence <> 0)::DOUBLE END        AS sent_frec_beam_any,
+           CASE WHEN mc_only_sentence THEN (sample_pass_false_sentence <> 0)::DOUBLE END     AS sent_frec_sample_pass,
+           CASE WHEN mc_only_sentence THEN (sample_majority_false_sentence <> 0)::DOUBLE END AS sent_frec_sample_majority,
+           CASE WHEN mc_only_sentence THEN (oneshot_false_sentence <> 0)::DOUBLE END         AS sent_frec_oneshot,
+           CASE WHEN mc_only_sentence THEN (recovered_false_sentence <> 0)::DOUBLE END       AS sent_frec_oracle,
+           CASE WHEN mc_only_sentence THEN bit_count(beam_top_false_sentence) / (n_options - 1) END        AS sent_frecm_beam_top,
+           CASE WHEN mc_only_sentence THEN bit_count(beam_any_false_sentence) / (n_options - 1) END        AS sent_frecm_beam_any,
+           CASE WHEN mc_only_sentence THEN bit_count(sample_pass_false_sentence) / (n_options - 1) END     AS sent_frecm_sample_pass,
+           CASE WHEN mc_only_sentence THEN bit_count(sample_majority_false_sentence) / (n_options - 1) END AS sent_frecm_sample_majority,
+           CASE WHEN mc_only_sentence THEN bit_count(oneshot_false_sentence) / (n_options - 1) END         AS sent_frecm_oneshot,
+           CASE WHEN mc_only_sentence THEN bit_count(recovered_false_sentence) / (n_options - 1) END       AS sent_frecm_oracle,
+           CASE WHEN mc_only_sentence THEN beam_top_sentence::DOUBLE - (beam_top_false_sentence <> 0)::DOUBLE END               AS sent_crec_beam_top,
+           CASE WHEN mc_only_sentence THEN beam_any_sentence::DOUBLE - (beam_any_false_sentence <> 0)::DOUBLE END               AS sent_crec_beam_any,
+           CASE WHEN mc_only_sentence THEN sample_pass_sentence::DOUBLE - (sample_pass_false_sentence <> 0)::DOUBLE END         AS sent_crec_sample_pass,
+           CASE WHEN mc_only_sentence THEN sample_majority_sentence::DOUBLE - (sample_majority_false_sentence <> 0)::DOUBLE END AS sent_crec_sample_majority,
+           CASE WHEN mc_only_sentence THEN oneshot_sentence::DOUBLE - (oneshot_false_sentence <> 0)::DOUBLE END                 AS sent_crec_oneshot,
+           CASE WHEN mc_only_sentence THEN recovered_sentence::DOUBLE - (recovered_false_sentence <> 0)::DOUBLE END             AS sent_crec_oracle,
            -- oracle table: each decode's accuracy over every item it ran on, greedy included, and
            -- the drop vs the dense model's same decode (pruned checkpoints; paired per item)
            open_correct::DOUBLE     AS oacc_greedy,
@@ -149,9 +194,31 @@ WITH selected_values AS (
            CASE WHEN method <> 'dense' THEN dense_sample_majority::DOUBLE - sample_majority::DOUBLE END AS odrop_sample_majority,
            CASE WHEN method <> 'dense' THEN dense_oneshot::DOUBLE - oneshot::DOUBLE END                 AS odrop_oneshot,
            CASE WHEN method <> 'dense' THEN dense_oracle_correct::DOUBLE - oracle_correct::DOUBLE END   AS odrop_oracle,
-           -- lost open answers: demoted vs erased (status 'unknown' is in neither denominator)
+           -- lost open answers: demoted vs erased among the decoded ones (verbose and untested
+           -- items are in neither denominator)
            CASE WHEN status IN ('demoted', 'erased') THEN (status = 'demoted')::DOUBLE END AS demoted,
            CASE WHEN status IN ('demoted', 'erased') THEN (status = 'erased')::DOUBLE END  AS erased,
+           -- the MC-only rate split by status, each over every selected item (the four sum to
+           -- mc_only): stated in a sentence, recovered by a decode, decoded and lost, not decoded
+           (mc_only AND status = 'verbose')::DOUBLE  AS mc_only_verbose,
+           (mc_only AND status = 'demoted')::DOUBLE  AS mc_only_demoted,
+           (mc_only AND status = 'erased')::DOUBLE   AS mc_only_erased,
+           (mc_only AND status = 'untested')::DOUBLE AS mc_only_untested,
+           -- sentence-tolerant accuracy, drops, Delta_PR, MC-only and oracle (sent_*)
+           open_correct_sentence::DOUBLE       AS sent_acc_open,
+           candidates_correct_sentence::DOUBLE AS sent_acc_candidates,
+           mc_correct::DOUBLE                  AS sent_acc_mc,
+           oneshot_sentence::DOUBLE            AS sent_acc_oneshot,
+           dense_open_correct_sentence::DOUBLE - open_correct_sentence::DOUBLE             AS sent_drop_open,
+           dense_candidates_correct_sentence::DOUBLE - candidates_correct_sentence::DOUBLE AS sent_drop_candidates,
+           dense_mc_correct::DOUBLE - mc_correct::DOUBLE                                   AS sent_drop_mc,
+           candidates_correct_sentence::DOUBLE - open_correct_sentence::DOUBLE AS sent_delta_pr,
+           mc_only_sentence::DOUBLE                                            AS sent_mc_only,
+           mc_only_sentence::DOUBLE - (1 - open_correct_sentence::DOUBLE) / n_options AS sent_mc_only_guess_adj,
+           open_correct_sentence::DOUBLE   AS sent_oacc_greedy,
+           oracle_correct_sentence::DOUBLE AS sent_oacc_oracle,
+           CASE WHEN method <> 'dense' THEN dense_open_correct_sentence::DOUBLE - open_correct_sentence::DOUBLE END     AS sent_odrop_greedy,
+           CASE WHEN method <> 'dense' THEN dense_oracle_correct_sentence::DOUBLE - oracle_correct_sentence::DOUBLE END AS sent_odrop_oracle,
            -- gold first-token rank: share within the top 1 / 5 / 10, by item group
            CASE WHEN mc_only THEN (gold_rank <= 1)::DOUBLE END       AS top1_mc_only,
            CASE WHEN mc_only THEN (gold_rank <= 5)::DOUBLE END       AS top5_mc_only,
@@ -172,15 +239,24 @@ WITH selected_values AS (
 )
 SELECT 'selected' AS population, * FROM selected_values
 UNPIVOT (value FOR metric IN (
-    acc_open, acc_candidates, acc_mc, acc_mc_norm, acc_oneshot, acc_mc_chance_adj, acc_candidates_chance_adj,
-    drop_open, drop_candidates, drop_mc, drop_mc_norm,
-    delta_pr, mc_only, mc_only_guess_adj,
+    acc_open, acc_candidates, acc_mc, acc_mc_norm, acc_mc_bytes, acc_oneshot, acc_mc_chance_adj, acc_candidates_chance_adj,
+    drop_open, drop_candidates, drop_mc, drop_mc_norm, drop_mc_bytes,
+    delta_pr, mc_only, mc_only_guess_adj, mc_only_guess_adj_nopassage,
+    acc_mc_nopassage, acc_mc_nopassage_norm, acc_mc_nopassage_chance_adj,
     rec_beam_top, rec_beam_any, rec_sample_pass, rec_sample_majority, rec_oneshot, rec_oracle,
     frec_beam_top, frec_beam_any, frec_sample_pass, frec_sample_majority, frec_oneshot, frec_oracle,
+    frecm_beam_top, frecm_beam_any, frecm_sample_pass, frecm_sample_majority, frecm_oneshot, frecm_oracle,
     crec_beam_top, crec_beam_any, crec_sample_pass, crec_sample_majority, crec_oneshot, crec_oracle,
+    sent_rec_beam_top, sent_rec_beam_any, sent_rec_sample_pass, sent_rec_sample_majority, sent_rec_oneshot, sent_rec_oracle,
+    sent_frec_beam_top, sent_frec_beam_any, sent_frec_sample_pass, sent_frec_sample_majority, sent_frec_oneshot, sent_frec_oracle,
+    sent_frecm_beam_top, sent_frecm_beam_any, sent_frecm_sample_pass, sent_frecm_sample_majority, sent_frecm_oneshot, sent_frecm_oracle,
+    sent_crec_beam_top, sent_crec_beam_any, sent_crec_sample_pass, sent_crec_sample_majority, sent_crec_oneshot, sent_crec_oracle,
     oacc_greedy, oacc_beam_top, oacc_beam_any, oacc_sample_pass, oacc_sample_majority, oacc_oneshot, oacc_oracle,
     odrop_greedy, odrop_beam_top, odrop_beam_any, odrop_sample_pass, odrop_sample_majority, odrop_oneshot, odrop_oracle,
-    demoted, erased,
+    demoted, erased, mc_only_verbose, mc_only_demoted, mc_only_erased, mc_only_untested,
+    sent_acc_open, sent_acc_candidates, sent_acc_mc, sent_acc_oneshot,
+    sent_drop_open, sent_drop_candidates, sent_drop_mc, sent_delta_pr, sent_mc_only, sent_mc_only_guess_adj,
+    sent_oacc_greedy, sent_oacc_oracle, sent_odrop_greedy, sent_odrop_oracle,
     top1_mc_only, top5_mc_only, top10_mc_only, top1_open_correct, top5_open_correct, top10_open_correct,
     dsrc_mc_in_passage, dsrc_mc_not_in_passage, dsrc_mc_unknown,
     dsrc_candidates_in_passage, dsrc_candidates_not_in_passage, dsrc_candidates_unknown))

@@ -1,18 +1,30 @@
 -- mc_only: per checkpoint x benchmark (and pooled: dataset = 'all', lang = 'all'), how many
 -- selected items are MC-only (mc right, greedy open wrong: recognised, not produced), and what
--- became of the wrong open answers: demoted (a recovery decode produces them) or erased.
--- mc_only_rate is over all selected items; demoted_rate and erased_rate are over the wrong open
--- answers whose status is known (n_demoted + n_erased); n_unknown counts MC-only items that no
--- recovery decode ran on. Intervals: 95% bootstrap, from `rates`.
+-- became of the wrong open answers (item_outcomes.status): verbose (the gold stated in one
+-- sentence: a change of format), demoted (a recovery decode produces it), erased (decoded, never
+-- produced) or untested (no decode ran). mc_only_rate is over all selected items, and so are the
+-- four mc_only_<status>_rate columns, which sum to it; demoted_rate and erased_rate are over the
+-- decoded wrong open answers (n_demoted + n_erased). Intervals: 95% bootstrap, from `rates`.
+-- Two verdicts side by side: mc_only_rate uses the strict short-answer judge (`correct`);
+-- mc_only_sentence_rate the sentence-tolerant one (`correct_sentence`), the headline for
+-- "fails to answer" (docs/metrics.md).
 -- Controls beside the rate:
 --   noise_floor        the dense model's own MC-only rate on the same benchmark (evaluated by the
 --                      same rule as the checkpoints; its open and mc answers were right in the
---                      selection run, so anything above 0 is evaluation noise)
+--                      selection run): the numeric floor, 0 in float32 on a CPU
+--   perturbation_floor the MC-only rate of the checkpoint's perturbed twins (the dense model with
+--                      seeded noise of the same relative size per Linear), averaged over seeds,
+--                      with its interval and perturbation_seeds (table perturbation_floor): what
+--                      any change of this size does. NULL for dense and the twins themselves
 --   mc_only_guess_adj  MC-only rate minus (1 - open accuracy) / K: the part a model that guesses
 --                      among the K options when it cannot produce the answer would not reach
+--   mc_only_guess_adj_nopassage  the same with the guessing measured: MC-only rate minus the
+--                      share of items open gets wrong and mc gets right without the passage
+--                      (format mc_nopassage); acc_mc_nopassage beside it, n_mc_only_guessable the
+--                      MC-only items also right without the passage. NULL without mc_nopassage.
 --   mc_chance_adj      mc accuracy rescaled so that guessing among K options is 0 and all right is 1
---   n_demoted_decoy    demoted items whose recovery decodes also "recovered" the decoy (a fixed
---                      distractor judged as the gold): demoted by a decode that hits options anyway
+--   n_demoted_false    demoted items whose recovery decodes also produced a distractor judged as
+--                      the gold (sentence-tolerant): demoted by a decode that hits options anyway
 CREATE OR REPLACE TABLE mc_only AS
 WITH counts AS (
     SELECT model, method, structure, sparsity,
@@ -22,10 +34,17 @@ WITH counts AS (
            count(*) FILTER (WHERE NOT mc_correct)            AS n_mc_wrong,
            count(*) FILTER (WHERE NOT open_correct)          AS n_open_wrong,
            count(*) FILTER (WHERE mc_only AND recovered)     AS n_mc_only_recovered,
+           count(*) FILTER (WHERE mc_only AND mc_nopassage_correct) AS n_mc_only_guessable,
            count(*) FILTER (WHERE status = 'demoted')        AS n_demoted,
            count(*) FILTER (WHERE status = 'erased')         AS n_erased,
-           count(*) FILTER (WHERE status = 'unknown')        AS n_unknown,
-           count(*) FILTER (WHERE status = 'demoted' AND recovered_decoy) AS n_demoted_decoy
+           count(*) FILTER (WHERE status = 'untested')       AS n_untested,
+           count(*) FILTER (WHERE status = 'verbose')        AS n_verbose,
+           count(*) FILTER (WHERE mc_only AND status = 'verbose')  AS n_mc_only_verbose,
+           count(*) FILTER (WHERE mc_only AND status = 'demoted')  AS n_mc_only_demoted,
+           count(*) FILTER (WHERE mc_only AND status = 'erased')   AS n_mc_only_erased,
+           count(*) FILTER (WHERE mc_only AND status = 'untested') AS n_mc_only_untested,
+           count(*) FILTER (WHERE mc_only_sentence)          AS n_mc_only_sentence,
+           count(*) FILTER (WHERE status = 'demoted' AND recovered_false_sentence <> 0) AS n_demoted_false
     FROM item_outcomes
     GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang),
                             (model, method, structure, sparsity))
@@ -34,24 +53,64 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        c.n_mc_only,
        m.value AS mc_only_rate, m.ci_low AS mc_only_ci_low, m.ci_high AS mc_only_ci_high,
        f.value AS noise_floor, f.ci_low AS noise_floor_ci_low, f.ci_high AS noise_floor_ci_high,
+       pf.value AS perturbation_floor, pf.ci_low AS perturbation_floor_ci_low,
+       pf.ci_high AS perturbation_floor_ci_high, pf.n_seeds AS perturbation_seeds,
        g.value AS mc_only_guess_adj, g.ci_low AS guess_adj_ci_low, g.ci_high AS guess_adj_ci_high,
+       -- guessing measured (mc without the passage) instead of assumed (1/K)
+       gn.value AS mc_only_guess_adj_nopassage, gn.ci_low AS guess_adj_nopassage_ci_low,
+       gn.ci_high AS guess_adj_nopassage_ci_high,
+       np.value AS acc_mc_nopassage, np.ci_low AS mc_nopassage_ci_low, np.ci_high AS mc_nopassage_ci_high,
+       c.n_mc_only_guessable,
        ca.value AS mc_chance_adj, ca.ci_low AS mc_chance_adj_ci_low, ca.ci_high AS mc_chance_adj_ci_high,
        c.n_mc_wrong, c.n_open_wrong, c.n_mc_only_recovered,
-       c.n_demoted, c.n_erased, c.n_unknown, c.n_demoted_decoy,
+       c.n_demoted, c.n_erased, c.n_untested, c.n_verbose, c.n_demoted_false,
        dm.value AS demoted_rate, dm.ci_low AS demoted_ci_low, dm.ci_high AS demoted_ci_high,
-       er.value AS erased_rate, er.ci_low AS erased_ci_low, er.ci_high AS erased_ci_high
+       er.value AS erased_rate, er.ci_low AS erased_ci_low, er.ci_high AS erased_ci_high,
+       -- the sentence-tolerant MC-only rate (mc right, open not even a sentence stating the gold)
+       c.n_mc_only_sentence,
+       ms.value AS mc_only_sentence_rate, ms.ci_low AS mc_only_sentence_ci_low, ms.ci_high AS mc_only_sentence_ci_high,
+       fs.value AS noise_floor_sentence,
+       gs.value AS mc_only_sentence_guess_adj, gs.ci_low AS sentence_guess_adj_ci_low, gs.ci_high AS sentence_guess_adj_ci_high,
+       -- the MC-only items split: verbose + demoted + erased + untested = n_mc_only (rates over
+       -- every selected item, so they sum to mc_only_rate)
+       c.n_mc_only_verbose, c.n_mc_only_demoted, c.n_mc_only_erased, c.n_mc_only_untested,
+       sv.value AS mc_only_verbose_rate,  sv.ci_low AS verbose_ci_low,  sv.ci_high AS verbose_ci_high,
+       sd.value AS mc_only_demoted_rate,  sd.ci_low AS mc_only_demoted_ci_low,  sd.ci_high AS mc_only_demoted_ci_high,
+       se.value AS mc_only_erased_rate,   se.ci_low AS mc_only_erased_ci_low,   se.ci_high AS mc_only_erased_ci_high,
+       su.value AS mc_only_untested_rate, su.ci_low AS untested_ci_low, su.ci_high AS untested_ci_high
 FROM counts c
 LEFT JOIN rate_of('mc_only', 'selected') m
   ON (m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('mc_only', 'selected') f
   ON f.method = 'dense'
  AND (f.model, f.dataset, f.lang) = (c.model, c.dataset, c.lang)
+LEFT JOIN perturbation_floor_of('mc_only') pf
+  ON (pf.model, pf.method, pf.structure, pf.sparsity, pf.dataset, pf.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('mc_only_guess_adj', 'selected') g
   ON (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_guess_adj_nopassage', 'selected') gn
+  ON (gn.model, gn.method, gn.structure, gn.sparsity, gn.dataset, gn.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('acc_mc_nopassage', 'selected') np
+  ON (np.model, np.method, np.structure, np.sparsity, np.dataset, np.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('acc_mc_chance_adj', 'selected') ca
   ON (ca.model, ca.method, ca.structure, ca.sparsity, ca.dataset, ca.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('demoted', 'selected') dm
   ON (dm.model, dm.method, dm.structure, dm.sparsity, dm.dataset, dm.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('erased', 'selected') er
   ON (er.model, er.method, er.structure, er.sparsity, er.dataset, er.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('sent_mc_only', 'selected') ms
+  ON (ms.model, ms.method, ms.structure, ms.sparsity, ms.dataset, ms.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('sent_mc_only', 'selected') fs
+  ON fs.method = 'dense'
+ AND (fs.model, fs.dataset, fs.lang) = (c.model, c.dataset, c.lang)
+LEFT JOIN rate_of('sent_mc_only_guess_adj', 'selected') gs
+  ON (gs.model, gs.method, gs.structure, gs.sparsity, gs.dataset, gs.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_verbose', 'selected') sv
+  ON (sv.model, sv.method, sv.structure, sv.sparsity, sv.dataset, sv.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_demoted', 'selected') sd
+  ON (sd.model, sd.method, sd.structure, sd.sparsity, sd.dataset, sd.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_erased', 'selected') se
+  ON (se.model, se.method, se.structure, se.sparsity, se.dataset, se.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_untested', 'selected') su
+  ON (su.model, su.method, su.structure, su.sparsity, su.dataset, su.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 ORDER BY c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang;

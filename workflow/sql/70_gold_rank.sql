@@ -89,3 +89,57 @@ WINDOW w_all AS (PARTITION BY model, method, structure, sparsity, dataset, lang,
        w_cum AS (PARTITION BY model, method, structure, sparsity, dataset, lang, series ORDER BY gold_rank
                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
 ORDER BY model, method, structure, sparsity, dataset, lang, series, gold_rank;
+
+-- gold_rank_by_lang: the item groups of gold_rank compared within each language, per checkpoint x
+-- benchmark: the median gold rank and the median mc margin (gold minus best distractor, mc
+-- log-likelihood) of its MC-only and open-correct items beside the dense model's dense_failed
+-- pool items of the same language. Pooled over languages, the dense_failed items are mostly of
+-- the languages the model answers worst, so a pooled comparison mixes languages: the pooled row
+-- (dataset = lang = 'all') gives each group's medians averaged over the benchmarks, weighted by
+-- the checkpoint's MC-only items in each (the language mix of the MC-only items).
+CREATE OR REPLACE TABLE gold_rank_by_lang AS
+WITH sel AS (
+    SELECT model, method, structure, sparsity, dataset, lang,
+           count(*) FILTER (WHERE mc_only) AS n_mc_only,
+           quantile_cont(gold_rank, 0.5) FILTER (WHERE mc_only)      AS mc_only_median_rank,
+           quantile_cont(mc_margin, 0.5) FILTER (WHERE mc_only)      AS mc_only_median_margin,
+           count(*) FILTER (WHERE open_correct) AS n_open_correct,
+           quantile_cont(gold_rank, 0.5) FILTER (WHERE open_correct) AS open_correct_median_rank,
+           quantile_cont(mc_margin, 0.5) FILTER (WHERE open_correct) AS open_correct_median_margin
+    FROM item_outcomes
+    GROUP BY ALL
+),
+failed AS (
+    SELECT model, dataset, lang, count(*) AS n_dense_failed,
+           quantile_cont(gold_rank, 0.5) AS dense_failed_median_rank,
+           quantile_cont(margin, 0.5)    AS dense_failed_median_margin
+    FROM (
+        SELECT model, dataset, lang, item_id,
+               any_value(gold_rank) FILTER (WHERE format = 'open' AND decode = 'greedy'
+                                            AND NOT coalesce(gold_token_partial, false)) AS gold_rank,
+               any_value(mc_margin(option_ll, gold_option)) FILTER (WHERE format = 'mc') AS margin
+        FROM pool WHERE method = 'dense'
+        GROUP BY ALL
+        HAVING NOT bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')
+    )
+    GROUP BY ALL
+),
+per_lang AS (
+    SELECT s.*, f.n_dense_failed, f.dense_failed_median_rank, f.dense_failed_median_margin
+    FROM sel s LEFT JOIN failed f USING (model, dataset, lang)
+)
+SELECT * FROM per_lang
+UNION ALL
+SELECT model, method, structure, sparsity, 'all', 'all',
+       sum(n_mc_only)::BIGINT,
+       sum(n_mc_only * mc_only_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE mc_only_median_rank IS NOT NULL), 0),
+       sum(n_mc_only * mc_only_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE mc_only_median_margin IS NOT NULL), 0),
+       sum(n_open_correct)::BIGINT,
+       sum(n_mc_only * open_correct_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE open_correct_median_rank IS NOT NULL), 0),
+       sum(n_mc_only * open_correct_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE open_correct_median_margin IS NOT NULL), 0),
+       sum(n_dense_failed)::BIGINT,
+       sum(n_mc_only * dense_failed_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE dense_failed_median_rank IS NOT NULL), 0),
+       sum(n_mc_only * dense_failed_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE dense_failed_median_margin IS NOT NULL), 0)
+FROM per_lang
+GROUP BY model, method, structure, sparsity
+ORDER BY ALL;

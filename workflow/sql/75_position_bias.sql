@@ -48,3 +48,56 @@ SELECT model, method, structure, sparsity, dataset, lang, format, k AS n_options
 FROM grouped
 WHERE position >= 0 OR format = 'candidates'
 ORDER BY model, method, structure, sparsity, dataset, lang, format, n_options, position;
+
+-- option_kind(text): the kind of an option as items.py's distractor rules see it: 'number'
+-- (contains a decimal digit of any script), 'name' (its first letter or digit is an upper- or
+-- title-case letter), else 'other'.
+CREATE OR REPLACE MACRO option_kind(t) AS
+    CASE WHEN regexp_matches(t, '\p{Nd}') THEN 'number'
+         WHEN regexp_matches(t, '^[^\p{L}\p{N}]*[\p{Lu}\p{Lt}]') THEN 'name'
+         ELSE 'other' END;
+
+-- candidates_kinds: in the candidates format, the kind of the option a single-option answer
+-- names, beside the kinds of the options shown, per checkpoint x benchmark (and pooled) x kind.
+--   n_answers     answers naming exactly one option (pred_option set)
+--   chosen_share  share of those answers naming an option of this kind
+--   option_share  share of all options shown (of the same items) of this kind: what a chooser
+--                 blind to kinds would pick
+--   gold_share    share of the items whose gold is of this kind
+-- chosen_share well above option_share says answers drift to one kind (e.g. numbers) whatever
+-- the question; with options all of the gold's kind (items.distractors: passage) it cannot.
+CREATE OR REPLACE TABLE candidates_kinds AS
+WITH answers AS (
+    SELECT g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang, g.item_id,
+           g.pred_option, g.gold_option, s.options
+    FROM generations g
+    JOIN selected_items s USING (model, dataset, lang, item_id)
+    WHERE g.format = 'candidates' AND g.sample = 0
+),
+options AS (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, pred_option, gold_option,
+           unnest(range(len(options))) AS position, unnest(options) AS option
+    FROM answers
+),
+kinds AS (
+    SELECT *, option_kind(option) AS kind FROM options
+),
+grouped AS (
+    SELECT model, method, structure, sparsity, coalesce(dataset, 'all') AS dataset,
+           coalesce(lang, 'all') AS lang, kind,
+           count(*) FILTER (WHERE position = pred_option) AS n_chosen,
+           count(*) AS n_options,
+           count(*) FILTER (WHERE position = gold_option) AS n_gold
+    FROM kinds
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang, kind),
+                            (model, method, structure, sparsity, kind))
+)
+SELECT model, method, structure, sparsity, dataset, lang, kind,
+       sum(n_chosen) OVER w AS n_answers,
+       n_chosen / nullif(sum(n_chosen) OVER w, 0) AS chosen_share,
+       n_options / sum(n_options) OVER w AS option_share,
+       n_gold / nullif(sum(n_gold) OVER w, 0) AS gold_share
+FROM grouped
+WINDOW w AS (PARTITION BY model, method, structure, sparsity, dataset, lang)
+ORDER BY model, method, structure, sparsity, dataset, lang,
+         array_position(['number', 'name', 'other'], kind);

@@ -2,10 +2,14 @@
 -- A view stores no rows; it is computed when read. Definitions: docs/metrics.md.
 
 -- report_summary: one row per checkpoint x benchmark, and pooled (dataset = lang = 'all'), of
--- checkpoints with a row in mc_only and accuracy: accuracy per format (open, candidates, mc),
--- delta_pr, the MC-only rate with its interval (mc_only_rate_ci), its noise floor (floor) and
--- guess-adjusted value (guess_adj), the share of MC-only items any decode recovers (recovered) and
--- recovers the decoy (false_rec) from recovery's 'oracle' rows, and the demoted and erased counts;
+-- checkpoints with a row in mc_only and accuracy: accuracy per format (open, candidates, mc,
+-- mc_nopassage: mc without the passage), delta_pr, the MC-only rate with its interval
+-- (mc_only_rate_ci), its noise floor (floor: the numeric floor), its
+-- perturbation floor with interval (pert_floor: the MC-only rate of its noise twins, NULL without) and guess-adjusted values (guess_adj: guessing
+-- assumed, 1/K; guess_adj_nopassage: guessing measured without the passage), the share of MC-only items any decode recovers (recovered) and
+-- produces a distractor instead (false_rec: any of the K - 1, judged as the gold) from recovery's
+-- 'oracle' rows, the sentence-tolerant MC-only rate (mc_only_sentence_ci: the headline) beside
+-- the strict one, and the MC-only items split into verbose / demoted / erased / untested counts;
 -- rounded for printing. `summary` prints the pooled rows without dataset and lang, `summary
 -- --by-lang` the other rows.
 CREATE OR REPLACE VIEW report_summary AS
@@ -13,7 +17,8 @@ WITH acc AS (
     SELECT model, method, structure, sparsity, dataset, lang,
            max(accuracy) FILTER (WHERE format = 'open')       AS open,
            max(accuracy) FILTER (WHERE format = 'candidates') AS candidates,
-           max(accuracy) FILTER (WHERE format = 'mc')         AS mc
+           max(accuracy) FILTER (WHERE format = 'mc')         AS mc,
+           max(accuracy) FILTER (WHERE format = 'mc_nopassage') AS mc_nopassage
     FROM accuracy GROUP BY ALL
 ),
 any_decode AS (
@@ -22,11 +27,20 @@ any_decode AS (
 )
 SELECT m.model, m.method, m.structure, m.sparsity, m.bits, m.dataset, m.lang, m.n_items,
        round(a.open, 3) AS open, round(a.candidates, 3) AS candidates, round(a.mc, 3) AS mc,
+       round(a.mc_nopassage, 3) AS mc_nopassage,
        round(d.delta_pr, 3) AS delta_pr,
+       printf('%.2f [%.2f, %.2f]', m.mc_only_sentence_rate, m.mc_only_sentence_ci_low,
+              m.mc_only_sentence_ci_high) AS mc_only_sentence_ci,
        printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
-       round(m.noise_floor, 2) AS floor, round(m.mc_only_guess_adj, 2) AS guess_adj,
+       round(m.noise_floor, 2) AS floor,
+       CASE WHEN m.perturbation_floor IS NOT NULL THEN
+           printf('%.2f [%.2f, %.2f]', m.perturbation_floor, m.perturbation_floor_ci_low,
+                  m.perturbation_floor_ci_high) END AS pert_floor,
+       round(m.mc_only_guess_adj, 2) AS guess_adj,
+       round(m.mc_only_guess_adj_nopassage, 2) AS guess_adj_nopassage,
        round(o.recovered, 2) AS recovered, round(o.false_recovery_rate, 2) AS false_rec,
-       m.n_demoted AS demoted, m.n_erased AS erased
+       m.n_mc_only_verbose AS verbose, m.n_mc_only_demoted AS demoted,
+       m.n_mc_only_erased AS erased, m.n_mc_only_untested AS untested
 FROM mc_only m
 JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
 LEFT JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)

@@ -1,17 +1,27 @@
 -- How well a checkpoint does where a concept is active (chi_model), and its gaps.
 -- Definitions: docs/concepts.md. Variables: min_support, under_quantile.
 
--- concept_scores: s(x) per population x checkpoint x item x format (true = correct).
+-- concept_scores: s(x) per population x checkpoint x item x format (true = correct). Formats
+-- open, candidates, mc (the strict judge) and open_sentence, candidates_sentence (the same
+-- answers under the sentence-tolerant verdict, correct_sentence).
 --   population 'selected': the evaluated items, every checkpoint (from item_outcomes)
 --   population 'pool':     the dense model's selection pool (from the pool logs)
 CREATE OR REPLACE TABLE concept_scores AS
 SELECT 'selected' AS population, model, method, structure, sparsity, dataset, lang, item_id, format, correct
 FROM item_outcomes
-UNPIVOT (correct FOR format IN (open_correct AS 'open', candidates_correct AS 'candidates', mc_correct AS 'mc'))
+UNPIVOT (correct FOR format IN (open_correct AS 'open', candidates_correct AS 'candidates', mc_correct AS 'mc',
+                                open_correct_sentence AS 'open_sentence',
+                                candidates_correct_sentence AS 'candidates_sentence'))
 UNION ALL
 SELECT 'pool' AS population, model, method, structure, sparsity, dataset, lang, item_id, format, bool_or(correct) AS correct
 FROM pool
 WHERE ((format = 'open' AND decode = 'greedy') OR format IN ('candidates', 'mc')) AND correct IS NOT NULL
+GROUP BY ALL
+UNION ALL
+SELECT 'pool' AS population, model, method, structure, sparsity, dataset, lang, item_id,
+       format || '_sentence' AS format, bool_or(correct_sentence) AS correct
+FROM pool
+WHERE ((format = 'open' AND decode = 'greedy') OR format = 'candidates') AND correct_sentence IS NOT NULL
 GROUP BY ALL;
 
 -- chi_model(c, B) = sum_x a_c(x) s(x) / sum_x a_c(x) over the items x of B that the checkpoint
