@@ -318,6 +318,24 @@ def mc_only_by_language(con, path: Path) -> None:
     _save(fig, path)
 
 
+def _shared_legend(fig, axes, ncol: int, fontsize: int, title: str | None = None) -> None:
+    """One legend under the figure with every label of `axes` once (at most ncol columns)."""
+    handles = {}
+    for ax in axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(label, h)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles.keys()),
+            loc="upper center",
+            bbox_to_anchor=(0.5, 0.0),
+            ncol=min(len(handles), ncol),
+            fontsize=fontsize,
+            title=title,
+        )
+
+
 MC_ONLY_STATUSES = {
     "verbose": ("verbose: the gold stated in a sentence", "tab:gray"),
     "demoted": ("demoted: a recovery decode produces it", "tab:blue"),
@@ -359,19 +377,7 @@ def mc_only_split(con, path: Path) -> None:
         )
         ax.set_xticks(x, labels)
         _label(ax, model, method, "sparsity", "share of selected items", (0, 1.03))
-    handles = {}
-    for ax in fig.axes:
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, h)
-    if handles:
-        fig.legend(
-            list(handles.values()),
-            list(handles.keys()),
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0.0),
-            ncol=3,
-            fontsize=8,
-        )
+    _shared_legend(fig, fig.axes, ncol=3, fontsize=8)
     fig.suptitle(
         "MC-only items by what became of the open answer (bars sum to the strict MC-only rate)",
         fontsize=12,
@@ -483,20 +489,9 @@ def recovery_by_decode(con, path: Path) -> None:
                 color="0.3",
             )
         _label(ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1))
-    handles = {}
-    for ax in axes.flat:
-        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            handles.setdefault(label, h)
-    if handles:
-        fig.legend(
-            list(handles.values()),
-            list(handles.keys()),
-            loc="upper center",
-            bbox_to_anchor=(0.5, 0.0),
-            ncol=min(len(handles), 6),
-            fontsize=9,
-            title="decode (error bars: 95% bootstrap intervals)",
-        )
+    _shared_legend(
+        fig, axes.flat, ncol=6, fontsize=9, title="decode (error bars: 95% bootstrap intervals)"
+    )
     fig.suptitle(
         "Recovery of MC-only items by decode "
         "(demoted if any decode recovers them; n = MC-only items)",

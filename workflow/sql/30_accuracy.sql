@@ -13,7 +13,7 @@
 -- accuracy_chance_adj = (accuracy - 1/K) / (1 - 1/K), with its interval (metric acc_<format>_chance_adj).
 -- accuracy_sentence (sentence_ci_*): the same rows judged by the sentence-tolerant verdict
 -- (correct_sentence: one sentence stating the gold and naming no other option also counts);
--- equal to accuracy for mc, which generates nothing.
+-- equal to accuracy for mc and mc_nopassage, which generate nothing.
 CREATE OR REPLACE TABLE accuracy AS
 WITH per_format AS (
     SELECT model, method, structure, sparsity,
