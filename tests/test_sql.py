@@ -295,6 +295,7 @@ def test_support_gradient_by_hand(db):
         "candidates": (4, "dense", 0.75, 0.5, 0.25, 0.0),
         "mc": (4, "dense", 1.0, 0.75, 0.25, 0.0),
         "mc_norm": (4, "dense", 1.0, 0.75, 0.25, 0.0),
+        "mc_bytes": (4, "dense", 1.0, 0.75, 0.25, 0.0),
     }
     dense = db.execute(
         "SELECT DISTINCT reference, drop, noise_floor FROM support_gradient WHERE method = 'dense'"
@@ -869,7 +870,7 @@ def test_missing_format_has_no_rows(tmp_path):
     )
     assert {
         r[0] for r in con.execute("SELECT DISTINCT format FROM support_gradient").fetchall()
-    } == {"open", "mc", "mc_norm"}
+    } == {"open", "mc", "mc_norm", "mc_bytes"}
 
 
 def test_bad_metric_settings_are_refused(tmp_path):
