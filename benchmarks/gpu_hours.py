@@ -1,4 +1,4 @@
-"""The paper grid's cost in GPU-hours, before and after the decoding engine of issue 14, from the
+"""The paper grid's cost in GPU-hours, before and after the shared-prefill decoding engine, from the
 token counts a real run measured per item, format and decode, times a stated GPU throughput.
 
     .venv/bin/python benchmarks/gpu_hours.py RUN_DIR [--mfu 0.5] [--hbm 0.7] [--step-ms 2]

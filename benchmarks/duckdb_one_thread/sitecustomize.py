@@ -1,4 +1,4 @@
-# Comparison aid for issue 13 (not project code): every DuckDB connection of the run uses one
+# Comparison aid for benchmarks (not project code): every DuckDB connection of the run uses one
 # thread, so float sums and the stored row order of tables without ORDER BY are reproducible.
 import duckdb
 

@@ -501,8 +501,8 @@ def recovery_by_decode(con, path: Path) -> None:
 
 
 def oracle_vs_sparsity(con, path: Path) -> None:
-    """Greedy vs oracle accuracy over every selected item, against sparsity (the seed paper's
-    view)."""
+    """Greedy vs oracle accuracy over every selected item, against sparsity (the view of Wen et
+    al., arXiv:2606.17609)."""
     df = con.sql(
         "SELECT * FROM oracle WHERE dataset = 'all' AND decode IN ('greedy', 'oracle') "
         "AND structure IN ('none', 'unstructured')"
