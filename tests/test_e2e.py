@@ -742,7 +742,7 @@ def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
     drops = con.execute(
         "SELECT format, drop FROM support_gradient WHERE method = 'dense' AND lang = 'en'"
     ).fetchall()
-    assert {f for f, _ in drops} == {"open", "mc", "mc_norm"} and all(
+    assert {f for f, _ in drops} == {"open", "mc", "mc_norm", "mc_bytes"} and all(
         d is not None for _, d in drops
     )
     print(
@@ -849,10 +849,10 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     assert con.execute(
         "SELECT count(DISTINCT (method, structure, sparsity)) FROM mc_only WHERE lang = 'all'"
     ).fetchone() == (1 + len(CHECKPOINTS) + len(QUANTIZED),)
-    # the support gradient covers every checkpoint x language x format (the dense row: the noise
-    # floor)
+    # the support gradient covers every checkpoint x language x format (open, candidates, and the
+    # three MC scorings: mc, mc_norm, mc_bytes; the dense row: the noise floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
-        (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 2 * 4,
+        (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 2 * 5,
     )
     # the recovery table reports every decode of the smoke config plus the oracle
     decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
@@ -900,11 +900,13 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
     assert con.execute("SELECT count(DISTINCT item_id) FROM concept_activations").fetchone() == (
         sum(items.values()),
     )
-    # chi_model for every checkpoint x format, per language and pooled; damage for every pruned
-    # checkpoint
+    # chi_model for every checkpoint x format (the three formats and the sentence-tolerant verdict
+    # of the two generated ones), per language and pooled; damage for every pruned checkpoint
+    formats = {r[0] for r in con.execute("SELECT DISTINCT format FROM chi_model").fetchall()}
+    assert formats == {"open", "candidates", "mc", "open_sentence", "candidates_sentence"}
     ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
                            WHERE population = 'selected'""").fetchone()[0]
-    assert ckpts == (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 3 * 3
+    assert ckpts == (1 + len(CHECKPOINTS) + len(QUANTIZED)) * len(formats) * 3
     assert con.execute(
         "SELECT count(DISTINCT (method, sparsity)) FROM concept_damage"
     ).fetchone() == (len(CHECKPOINTS) + len(QUANTIZED),)
