@@ -1138,6 +1138,83 @@ def test_second_run_has_nothing_to_do(smoke_run):
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
+OUTER_SNAKEFILE = """configfile: "{config}"
+
+
+module illusion:
+    snakefile:
+        "{snakefile}"
+    config:
+        config
+
+
+use rule * from illusion
+"""
+
+
+def all_tables(work: Path) -> dict[str, list]:
+    """Every table and view of a run's database, rows sorted (the views read the run's Parquet
+    logs by relative paths: the run folder is the working directory)."""
+    script = (
+        "import duckdb, json\n"
+        "con = duckdb.connect('results/illusion.duckdb', read_only=True)\n"
+        "names = [r[0] for r in con.execute("
+        "'SELECT table_name FROM information_schema.tables ORDER BY 1').fetchall()]\n"
+        "print(json.dumps({t: [[repr(v) for v in r] for r in "
+        "con.execute(f'SELECT * FROM \"{t}\" ORDER BY ALL').fetchall()] for t in names}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=work, capture_output=True, text=True, check=True
+    )
+    return json.loads(out.stdout)
+
+
+def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, tmp_path):
+    """Imported by another workflow (`module` + `use rule * from`): it plans the same jobs as
+    the workflow run directly (its SQL definitions found from its own folder, not the caller's),
+    finds nothing to do on the smoke run's files, and its aggregation writes the same tables."""
+    import os
+    import shutil
+
+    work, cfg = smoke_run
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    (outer / "Snakefile").write_text(
+        OUTER_SNAKEFILE.format(config=cfg, snakefile=ROOT / "Snakefile")
+    )
+    outer_cmd = [str(Path(sys.executable).parent / "snakemake"), "--cores", "2"]
+    outer_cmd += ["-s", str(outer / "Snakefile")]
+
+    def plan(cmd: list[str], folder: Path) -> tuple[dict[str, int], int]:
+        res = subprocess.run(cmd + ["-n", "-d", str(folder)], capture_output=True, text=True)
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+        out = res.stdout + res.stderr
+        return planned_jobs(out), out.count("workflow/sql/")
+
+    fresh = tmp_path / "fresh"
+    direct, direct_sql = plan(snakemake_cmd(fresh, cfg), fresh)
+    module, module_sql = plan(outer_cmd, fresh)
+    n_sql = len(list((ROOT / "workflow/sql").glob("*.sql")))
+    n_sql += len(list((ROOT / "workflow/sql/concepts").glob("*.sql")))
+    assert module == direct and module_sql == direct_sql >= n_sql > 0
+    # the smoke run's files (hard links; replaced outputs get new files): nothing to do, then
+    # the aggregation again through the module, to the same tables
+    copy = tmp_path / "run"
+    shutil.copytree(work, copy, copy_function=os.link, ignore=shutil.ignore_patterns("*.lock*"))
+    res = subprocess.run(outer_cmd + ["-n", "-d", str(copy)], capture_output=True, text=True)
+    assert "Nothing to be done" in res.stdout + res.stderr, (res.stdout + res.stderr)[-3000:]
+    res = subprocess.run(
+        outer_cmd + ["-d", str(copy), "--forcerun", "aggregate", "--until", "competency_gaps"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert (copy / "results/illusion.duckdb").stat().st_ino != (
+        work / "results/illusion.duckdb"
+    ).stat().st_ino
+    assert all_tables(copy) == all_tables(work)
+
+
 def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
     """evaluation.device, decode_rows, batch_tokens and decode_tokens change where and how fast
     rows are computed, not what they hold: no job re-runs."""

@@ -28,6 +28,10 @@ except WorkflowError:
     )
 check_config(config)
 
+# This repository's workflow/ folder, from this file's own location: also right when the workflow
+# is used as a module of another one (workflow.basedir is then the calling workflow's folder).
+WORKFLOW_DIR = Path(str(workflow.current_basedir)).parent
+
 MODELS = sorted(config["models"])
 HUB_MODELS = sorted(m for m in MODELS if config["models"][m]["source"] == "hub")
 FILE_MODELS = sorted(m for m in MODELS if m not in HUB_MODELS)
@@ -260,7 +264,7 @@ def selected_files():
 
 def sql_files():
     """The metric definitions, run in name order by the aggregation."""
-    return sorted(glob.glob(str(Path(workflow.basedir) / "workflow" / "sql" / "*.sql")))
+    return sorted(glob.glob(str(WORKFLOW_DIR / "sql" / "*.sql")))
 
 
 def item_report_files():
@@ -420,11 +424,7 @@ def concept_activation_files(suffix=""):
 
 def concept_sql_files():
     """The competency-gap definitions, run in name order."""
-    return sorted(
-        glob.glob(
-            str(Path(workflow.basedir) / "workflow" / "sql" / "concepts" / "*.sql")
-        )
-    )
+    return sorted(glob.glob(str(WORKFLOW_DIR / "sql" / "concepts" / "*.sql")))
 
 
 def get_gap_settings():
