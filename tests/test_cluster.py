@@ -3,6 +3,7 @@ per job kind, and `snakemake -n` of config/paper.yaml with and without the SLURM
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from benchmark_illusion.cluster import (
     DEFAULT_PARAMS_B,
     MODEL_JOB_THREADS,
     aggregate_resources,
+    guessed,
+    hub_params,
     job_resources,
     job_threads,
     parameter_count,
@@ -58,7 +61,75 @@ def test_parameter_count_falls_back_to_params_b_then_the_default(tmp_path):
         "config params_b",
     )
     n, where = parameter_count("h", {"source": "hub", "id": "x/y"}, tmp_path)
-    assert n == DEFAULT_PARAMS_B * 1e9 and "models.h.params_b" in where
+    assert n == DEFAULT_PARAMS_B * 1e9 and "models.h.params_b" in where and guessed(where)
+
+
+def hub_cache(root: Path, repo: str, tensors: dict) -> Path:
+    """A hub cache folder as huggingface_hub lays it out (models--org--name/refs/main and a
+    snapshot), holding a config and one safetensors file."""
+    folder = root / f"models--{repo.replace('/', '--')}"
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    snap = folder / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(sha)
+    (snap / "config.json").write_text("{}")
+    save_file(tensors, str(snap / "model.safetensors"))
+    return root
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch):
+    """An empty hub cache and no network: HF_HUB_OFFLINE, as on a compute node."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def test_a_hub_model_is_sized_from_the_hub_cache_before_it_is_imported(tmp_path, offline_hub):
+    """A hub model with no params_b and no imported folder: the safetensors headers of its files
+    in the hub cache (what prefetch fills) give the count; a model not in the cache falls back
+    to the default, named as a guess."""
+    hub_cache(offline_hub, "org/small", {"w": torch.zeros(4, 8), "b": torch.zeros(4)})
+    n, where = hub_params("org/small")
+    assert n == 4 * 8 + 4 and str(offline_hub) in where
+    n, where = parameter_count("small", {"source": "hub", "id": "org/small"}, tmp_path)
+    assert n == 4 * 8 + 4 and "hub cache" in where and not guessed(where)
+    # params_b in the config still wins over the cache (the user said so)
+    cfg = {"source": "hub", "id": "org/small", "params_b": 0.5}
+    assert parameter_count("small", cfg, tmp_path) == (0.5e9, "config params_b")
+    assert hub_params("org/absent") is None
+    n, where = parameter_count("absent", {"source": "hub", "id": "org/absent"}, tmp_path)
+    assert n == DEFAULT_PARAMS_B * 1e9 and guessed(where)
+
+
+def test_a_guessed_size_is_a_warning_naming_the_key(tmp_path):
+    """Planning a hub model that has no params_b and no count anywhere prints a warning that
+    names models.<name>.params_b; with params_b set there is none."""
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    cfg["models"] = {"guess-me": {"source": "hub", "id": "org/not-cached"}}
+    cfg["datasets"]["sample"]["path"] = str(ROOT / "resources/sample_qa/{lang}.json")
+    cfg["concepts"] = {"enabled": False}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    outs = []
+    for params_b in (None, 0.5):
+        if params_b:
+            cfg["models"]["guess-me"]["params_b"] = params_b
+        path = tmp_path / "guess.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        cmd = [SNAKEMAKE, "-n", "-s", str(ROOT / "Snakefile"), "-d", str(tmp_path / "w")]
+        res = subprocess.run(
+            cmd + ["--configfile", str(path)], capture_output=True, text=True, env=env
+        )
+        assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+        outs.append(res.stdout + res.stderr)
+    warning = "models.guess-me.params_b is not set"
+    assert outs[0].count(warning) == 1 and f"sized as a {DEFAULT_PARAMS_B:g}B model" in outs[0]
+    assert warning not in outs[1]
 
 
 def test_job_resources_grow_with_size_and_attempt():

@@ -7,8 +7,9 @@ unless `--resources` caps them.
 The parameter count comes from the weights when they are on disk: the imported safetensors
 folder (resources/models/{model}), a local folder, or the GGUF file of a `gguf_file` /
 `gguf_package` model (headers only: nothing is loaded). A hub model that is not imported yet
-uses its config's `params_b`, or DEFAULT_PARAMS_B (8 billion, the largest model of the paper's
-grid) when that is not given either.
+uses its config's `params_b`, else the safetensors headers of its files in the hub cache, else
+the hub's safetensors metadata, and DEFAULT_PARAMS_B (8 billion, the largest model of the
+paper's grid) only when none of these answers (the Snakefile then warns, naming the key).
 
 Memory is host RAM (`mem_mb`, what SLURM's --mem asks for); the GPU holds the model during
 evaluation and pruning. Both estimates grow with the attempt number, so a job that a cluster
@@ -100,7 +101,50 @@ def parameter_count(name: str, cfg: dict, root: Path = Path(".")) -> tuple[float
             return float(n), f"GGUF header of {gguf.name}"
     if cfg.get("params_b"):
         return float(cfg["params_b"]) * 1e9, "config params_b"
+    if cfg.get("source") == "hub":
+        found = hub_params(cfg["id"], cfg.get("revision"))
+        if found is not None:
+            return float(found[0]), found[1]
     return DEFAULT_PARAMS_B * 1e9, f"default {DEFAULT_PARAMS_B:g}B (set models.{name}.params_b)"
+
+
+def guessed(source: str) -> bool:
+    """Whether parameter_count's `source` is the default guess, not a count."""
+    return source.startswith("default ")
+
+
+def hub_params(repo: str, revision: str | None = None) -> tuple[int, str] | None:
+    """(parameters, where from) of a hub model before it is imported: the safetensors headers of
+    its files in the local hub cache (HF_HOME; filled by the prefetch target) when they are
+    there, else the hub's safetensors metadata (headers only, nothing downloaded; skipped when
+    HF_HUB_OFFLINE is set). None when neither answers (no network, a gated model without
+    HF_TOKEN, no safetensors in the repository)."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - a dependency
+        return None
+    try:
+        cached = Path(
+            snapshot_download(
+                repo, revision=revision, local_files_only=True, allow_patterns=["*.json"]
+            )
+        )
+    except Exception:  # noqa: BLE001 - not in the cache: any reason means "ask the hub"
+        cached = None
+    if cached is not None:
+        n = _safetensors_params(cached)
+        if n:
+            return n, f"safetensors headers in the hub cache ({cached})"
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return None
+    try:
+        from huggingface_hub import get_safetensors_metadata
+
+        meta = get_safetensors_metadata(repo, revision=revision, timeout=10)
+    except Exception:  # noqa: BLE001 - offline, gated, not found, not safetensors: no count
+        return None
+    n = int(sum(meta.parameter_count.values()))
+    return (n, f"hub safetensors metadata of {repo}") if n else None
 
 
 def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: int = 1) -> dict:

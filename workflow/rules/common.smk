@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 from benchmark_illusion import params as rule_params
@@ -282,9 +283,16 @@ def pool_files():
 @functools.lru_cache(maxsize=None)
 def model_params(model):
     """(parameter count, where it comes from) of {model}, for sizing jobs (read once per run)."""
-    from benchmark_illusion.cluster import parameter_count
+    from benchmark_illusion.cluster import guessed, parameter_count
 
-    return parameter_count(model, config["models"][model], Path("."))
+    n, source = parameter_count(model, config["models"][model], Path("."))
+    if guessed(source):
+        logger.warning(
+            f"WARNING: models.{model}.params_b is not set and no parameter count was found (no "
+            f"weights on disk, no hub metadata): its jobs are sized as a {n / 1e9:g}B model. "
+            f"Set models.{model}.params_b (billions of parameters)."
+        )
+    return n, source
 
 
 def sized(kind, key):
