@@ -80,13 +80,25 @@ def load_source(cfg: dict) -> Imported:
         if source == "local" and not Path(ref).is_dir():
             raise ModelSourceError(f"local model folder not found: {ref}")
         kwargs = dict(revision=cfg.get("revision")) if source == "hub" else {}
-        tok = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust, **kwargs)
+        fetched = cfg.get("fetched")  # fetch_hub_model's record: read its snapshot, offline
+        load_from = ref
+        if fetched:
+            load_from, kwargs = fetched["snapshot"], {"local_files_only": True}
+            if not Path(load_from).is_dir():
+                raise ModelSourceError(
+                    f"hub model {ref}: its downloaded files are not at {load_from} on this host; "
+                    "HF_HOME must be on a filesystem that the compute nodes share with the host "
+                    "that starts the run (docs/cluster.md)"
+                )
+        tok = AutoTokenizer.from_pretrained(load_from, trust_remote_code=trust, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(
-            ref, dtype=dtype, trust_remote_code=trust, use_safetensors=True, **kwargs
+            load_from, dtype=dtype, trust_remote_code=trust, use_safetensors=True, **kwargs
         )
         prov["ref"] = ref
         if source == "hub":
             prov["revision"] = cfg.get("revision") or "main"
+            if fetched:
+                prov["commit"] = fetched["commit"]
     else:  # the schema rejects this first; kept for callers outside Snakemake
         raise ModelSourceError(f"unknown model source {source!r}")
     model.eval()

@@ -263,6 +263,14 @@ def selected_files():
     ]
 
 
+def prefetch_files():
+    """What the downloads write: every hub model's files (in the hub cache; the record here) and
+    every dataset language (the `prefetch` target)."""
+    return [f"resources/hub/{m}.json" for m in HUB_MODELS] + [
+        f"resources/datasets/{d}/{l}.parquet" for d, l in dataset_langs()
+    ]
+
+
 def sql_files():
     """The metric definitions, run in name order by the aggregation."""
     return sorted(glob.glob(str(WORKFLOW_DIR / "sql" / "*.sql")))

@@ -1,6 +1,35 @@
-# Two rules for one output: hub models (downloaded and converted on a cluster's GPU nodes, which
-# have the memory for them; profiles/slurm sends import_hub_model there) and models from local
-# files or a package (import_model, CPU). Each model matches exactly one of them.
+# Two rules for one output: hub models (downloaded by fetch_hub_model where the run starts, then
+# converted on a cluster's GPU nodes, which have the memory for them; profiles/slurm sends
+# import_hub_model there) and models from local files or a package (import_model, CPU). Each
+# model matches exactly one of them.
+
+
+# Network jobs run where snakemake runs (login nodes usually have internet, compute nodes often
+# do not): the hub model download, the datasets, and the calibration text (C4 streams from the
+# hub). The compute jobs read what they wrote. `snakemake prefetch` runs the downloads alone.
+localrules:
+    fetch_hub_model,
+    download_dataset,
+    calibration_data,
+    prefetch,
+
+
+rule fetch_hub_model:
+    output:
+        "resources/hub/{model}.json",
+    log:
+        "logs/fetch_hub_model/{model}.log",
+    wildcard_constraints:
+        model=one_of(HUB_MODELS),
+    params:
+        model=get_model_config,
+    script:
+        "../scripts/fetch_hub_model.py"
+
+
+rule prefetch:
+    input:
+        prefetch_files(),
 
 
 rule import_model:
@@ -22,6 +51,8 @@ rule import_model:
 
 
 rule import_hub_model:
+    input:
+        "resources/hub/{model}.json",
     output:
         directory("resources/models/{model}"),
     log:

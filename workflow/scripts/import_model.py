@@ -3,5 +3,8 @@ import json
 from benchmark_illusion import logs, models
 
 log = logs.to_file(snakemake.log[0])
-prov = models.import_model(snakemake.params.model, snakemake.output[0])
+cfg = dict(snakemake.params.model)
+if snakemake.input:  # a hub model: read the files fetch_hub_model downloaded, offline
+    cfg["fetched"] = json.loads(open(snakemake.input[0]).read())
+prov = models.import_model(cfg, snakemake.output[0])
 log.info("imported %s: %s", snakemake.wildcards.model, json.dumps(prov))
