@@ -15,6 +15,7 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
+from benchmark_illusion.cluster import parameter_count
 from benchmark_illusion.models import import_model
 from benchmark_illusion.sources import ModelSourceError, fetch_hub_model
 
@@ -97,6 +98,10 @@ def test_prefetch_downloads_models_and_datasets_and_nothing_else(bundled_model_d
         langs
     )
     assert not (work / "resources/models").exists()
+    # the record sizes the model's jobs from then on (the config's params_b aside)
+    del cfg["models"]["smol"]["params_b"]
+    n, where = parameter_count("smol", cfg["models"]["smol"], work)
+    assert n == record["n_parameters"] and "fetched files" in where
     res = subprocess.run(cmd + ["-n"], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and "rule import_hub_model:" in res.stdout
     assert "rule fetch_hub_model:" not in res.stdout and "rule download_dataset:" not in res.stdout

@@ -102,6 +102,11 @@ def parameter_count(name: str, cfg: dict, root: Path = Path(".")) -> tuple[float
     if cfg.get("params_b"):
         return float(cfg["params_b"]) * 1e9, "config params_b"
     if cfg.get("source") == "hub":
+        record = root / "resources" / "hub" / f"{name}.json"  # written by fetch_hub_model
+        if record.is_file():
+            n = json.loads(record.read_text()).get("n_parameters")
+            if n:
+                return float(n), f"safetensors headers of the fetched files ({record})"
         found = hub_params(cfg["id"], cfg.get("revision"))
         if found is not None:
             return float(found[0]), found[1]
