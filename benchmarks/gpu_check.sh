@@ -1,61 +1,98 @@
 #!/usr/bin/env bash
-# GPU check: the e2e smoke config (tests/test_e2e.py::smoke_config) on CUDA, up to the metric
-# database: import, pool, selection, calibration, magnitude/Wanda/SparseGPT pruning, and every
-# checkpoint's evaluation with beams, samples and one-shot on every item. evaluation.device is
-# set to `cuda` explicitly, so a run that cannot use the GPU fails (models.resolve_device)
-# instead of falling back to the CPU; the script also fails if any prune or evaluate log says
-# it loaded on another device. Prints each job's wall time and peak RSS (Snakemake benchmark
-# files) and each job's peak GPU memory (from its log).
+# GPU check: what a user runs on the first GPU node to check their setup. The e2e smoke config
+# (tests/smoke.py) on CUDA, up to the metric database, in float32 and then in bfloat16: import,
+# pool, selection, calibration, magnitude/Wanda/SparseGPT pruning, RTN/GPTQ quantization, and
+# every checkpoint's evaluation in every format (open, candidates, mc, mc_nopassage) with beams,
+# samples and one-shot on every item, then the aggregation. evaluation.device is `cuda`
+# explicitly, so a job that cannot use the GPU fails (models.resolve_device) instead of falling
+# back to the CPU; the script also fails if any prune, quantize or evaluate log says it loaded on
+# another device, or if any logged score is not finite (the evaluation itself fails a job on a
+# non-finite logit; this re-checks the logs). Prints each job's wall time and peak RSS
+# (Snakemake benchmark files) and each job's peak GPU memory (from its log).
 #
 #   benchmarks/gpu_check.sh [WORKDIR]        (default: a new temporary folder)
-#   DEVICE=cpu benchmarks/gpu_check.sh       (the same checks on the CPU: tests this script)
+#   DEVICE=cpu benchmarks/gpu_check.sh       (the same checks on the CPU)
+#   DRY=1 benchmarks/gpu_check.sh            (write the configs and plan both runs; run nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 SNAKEMAKE=${SNAKEMAKE:-.venv/bin/snakemake}
 DEVICE=${DEVICE:-cuda}
+DRY=${DRY:-0}
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
 
-[ "$DEVICE" = cpu ] || "$PY" - <<'PYEOF'
+if [ "$DEVICE" != cpu ] && [ "$DRY" != 1 ]; then
+  "$PY" - <<'PYEOF'
+import sys
 import torch
-assert torch.cuda.is_available(), "gpu_check: torch sees no CUDA device"
+if not torch.cuda.is_available():
+    sys.exit(f"gpu_check: FAILED, torch {torch.__version__} sees no CUDA device "
+             f"(CUDA build: {torch.version.cuda or 'no, a CPU build'})")
 print("GPU:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)
 PYEOF
+fi
 
 "$PY" - "$work" "$DEVICE" <<'PYEOF'
 import sys
 from pathlib import Path
 import yaml
 sys.path.insert(0, "tests")
-from test_e2e import smoke_config
+from smoke import smoke_config
 work = Path(sys.argv[1])
-path = smoke_config(work)
-cfg = yaml.safe_load(path.read_text())
+cfg = yaml.safe_load(smoke_config(work).read_text())
 cfg["evaluation"]["device"] = sys.argv[2]
+cfg["evaluation"]["formats"] = ["open", "candidates", "mc", "mc_nopassage"]
 cfg["concepts"] = {**cfg.get("concepts", {}), "enabled": False}
-path.write_text(yaml.safe_dump(cfg))
-print("config:", path)
+for dtype in ("float32", "bfloat16"):
+    cfg["evaluation"]["dtype"] = dtype
+    (work / f"{dtype}.yaml").write_text(yaml.safe_dump(cfg))
+    print("config:", work / f"{dtype}.yaml")
 PYEOF
 
-start=$(date +%s)
-"$SNAKEMAKE" --cores 4 -d "$work" --configfile "$work/smoke.yaml" --until aggregate
-echo "wall time: $(( $(date +%s) - start )) s"
+for dtype in float32 bfloat16; do
+  echo; echo "== $dtype on $DEVICE"
+  args=(--cores 4 -d "$work" --configfile "$work/$dtype.yaml" --until aggregate)
+  if [ "$DRY" = 1 ]; then
+    "$SNAKEMAKE" -n "${args[@]}" | awk '!done && /^Job stats/ {on = 1} on {print} on && /^total/ {on = 0; done = 1}'
+    continue
+  fi
+  start=$(date +%s)
+  "$SNAKEMAKE" "${args[@]}"
+  echo "wall time ($dtype): $(( $(date +%s) - start )) s"
 
-echo; echo "device per job:"
-jobs=("$work/logs/prune" "$work/logs/evaluate_pool" "$work/logs/evaluate")
-if grep -rhE "loaded .* on " "${jobs[@]}" | grep -v " on $DEVICE"; then
-  echo "gpu_check: FAILED, a job above did not run on $DEVICE" >&2
-  exit 1
-fi
-n=$(grep -rlE "loaded .* on $DEVICE" "${jobs[@]}" | wc -l)
-echo "  $n prune/evaluate jobs loaded their model on $DEVICE"
-if [ "$DEVICE" != cpu ]; then
-  echo; echo "peak GPU memory per job:"
-  grep -rHoE "peak GPU memory [0-9.]+ GiB" "${jobs[@]}" | sed "s#$work/logs/##; s/^/  /"
-fi
-echo; echo "wall time (s) and peak RSS (MB) per job (Snakemake benchmark files):"
-for f in $(find "$work/logs/benchmarks" -name '*.tsv' | sort); do
-  printf '  %-70s %s\n' "${f#$work/logs/benchmarks/}" "$(tail -1 "$f" | awk '{print $1" s, "$3" MB"}')"
+  jobs=("$work/logs/prune" "$work/logs/quantize" "$work/logs/evaluate_pool" "$work/logs/evaluate")
+  if grep -rhE "loaded .* on " "${jobs[@]}" | grep -v " on $DEVICE"; then
+    echo "gpu_check: FAILED, a job above did not run on $DEVICE" >&2
+    exit 1
+  fi
+  n=$(grep -rlE "loaded .* on $DEVICE" "${jobs[@]}" | wc -l)
+  echo "  $n prune/quantize/evaluate logs loaded their model on $DEVICE"
+  "$PY" - "$work" <<'PYEOF'
+import sys
+from pathlib import Path
+import polars as pl
+files = sorted(Path(sys.argv[1], "results/generations").rglob("*.parquet"))
+bad = []
+for f in files:
+    df = pl.read_parquet(f)
+    floats = [c for c, t in df.schema.items() if t in (pl.Float32, pl.Float64)]
+    lists = [c for c, t in df.schema.items() if isinstance(t, pl.List) and t.inner in (pl.Float32, pl.Float64)]
+    n = sum(int(df[c].is_infinite().sum() + df[c].is_nan().sum()) for c in floats)
+    n += sum(int(df[c].explode().is_infinite().sum() + df[c].explode().is_nan().sum()) for c in lists)
+    if n:
+        bad.append(f"{f}: {n} non-finite values")
+if bad:
+    sys.exit("gpu_check: FAILED, non-finite scores:\n  " + "\n  ".join(bad))
+print(f"  {len(files)} evaluation logs, every score finite")
+PYEOF
+  if [ "$DEVICE" != cpu ]; then
+    echo "peak GPU memory per job:"
+    grep -rHoE "peak GPU memory [0-9.]+ GiB" "${jobs[@]}" | sed "s#$work/logs/##; s/^/  /"
+  fi
+  echo "wall time (s) and peak RSS (MB) per job (Snakemake benchmark files):"
+  for f in $(find "$work/logs/benchmarks" -name '*.tsv' | sort); do
+    printf '  %-70s %s\n' "${f#"$work"/logs/benchmarks/}" "$(tail -1 "$f" | awk '{print $1" s, "$3" MB"}')"
+  done
 done
-echo "gpu_check: OK"
+if [ "$DRY" = 1 ]; then echo "gpu_check: planned (DRY=1)"; else echo "gpu_check: OK"; fi

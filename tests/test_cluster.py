@@ -291,3 +291,25 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
         b for b in re.split(r"\nrule ", out) if b.startswith("evaluate:") and "model=qwen3-8b" in b
     )
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block
+
+
+def test_gpu_check_plans_every_step_in_both_dtypes_and_refuses_a_machine_without_a_gpu(tmp_path):
+    """benchmarks/gpu_check.sh, what a user runs on a first GPU node: DRY=1 writes its two
+    configs (float32, bfloat16) and plans import, pruning, quantization, every evaluation and the
+    aggregation for each; without a CUDA device it fails at once, saying so."""
+    script = str(ROOT / "benchmarks/gpu_check.sh")
+    env = {**os.environ, "DRY": "1"}
+    res = subprocess.run([script, str(tmp_path / "dry")], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    for dtype in ("float32", "bfloat16"):
+        cfg = yaml.safe_load((tmp_path / "dry" / f"{dtype}.yaml").read_text())
+        assert cfg["evaluation"]["dtype"] == dtype and cfg["evaluation"]["device"] == "cuda"
+        assert set(cfg["evaluation"]["formats"]) == {"open", "candidates", "mc", "mc_nopassage"}
+    plans = [planned_jobs(part) for part in res.stdout.split("== ")[1:]]
+    assert len(plans) == 2
+    for plan in plans:
+        assert {"prune": 3, "quantize": 2, "evaluate": 12, "aggregate": 1}.items() <= plan.items()
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible: the refusal cannot be shown here")
+    res = subprocess.run([script, str(tmp_path / "run")], capture_output=True, text=True)
+    assert res.returncode != 0 and "sees no CUDA device" in res.stderr
