@@ -221,6 +221,8 @@ def expected_paper_jobs() -> dict[str, int]:
     return {
         "download_dataset": benchmarks,
         "build_items": benchmarks,
+        # hub models: downloaded where snakemake runs, then imported from the hub cache
+        "fetch_hub_model": models,
         "import_hub_model": models,
         "evaluate_pool": models * benchmarks,
         "select_items": models * benchmarks,
@@ -250,8 +252,8 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     assert jobs == expected_paper_jobs()
     # 3 models x 21 benchmarks x (3 methods x 6 sparsities + 2 methods x 3 bit widths + dense),
     # and 71 concept jobs; 3 seeds x 24 checkpoints x 3 models perturbed twins, each a perturb
-    # job and 21 evaluations
-    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21) + 3 * 24 * 3 * (1 + 21)
+    # job and 21 evaluations; one hub download per model
+    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21) + 3 * 24 * 3 * (1 + 21) + 3
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 
