@@ -369,7 +369,7 @@ def test_default_config_plans_one_twin_and_its_evaluations_per_checkpoint_and_se
     assert jobs["evaluate"] == (1 + checkpoints * (1 + len(seeds))) * langs
     assert "results/checkpoints/smollm2-135m/noise0-wanda/unstructured/0.3" in out
     assert (
-        "results/generations/smollm2-135m/noise0-sparsegpt/unstructured/0.1/sample/de.parquet"
+        "results/generations/smollm2-135m/noise0-sparsegpt/unstructured/0.3/sample/de.parquet"
         in out
     )
     cfg["controls"]["perturbation"]["seeds"] = []
