@@ -290,7 +290,9 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
     # evaluate of qwen3-8b (params_b 8.2, bfloat16) asks what the sizing rule says
     want = job_resources("evaluate", 8.2e9, "bfloat16")
     block = next(
-        b for b in re.split(r"\nrule ", out) if b.startswith("evaluate:") and "model=qwen3-8b" in b
+        b
+        for b in re.split(r"\n(?:local)?rule ", out)
+        if b.startswith("evaluate:") and "model=qwen3-8b" in b
     )
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block
 

@@ -129,7 +129,7 @@ def test_a_cancelled_job_is_retried_with_more_memory_and_time(smoke_run):
     # every evaluate job of the one model asks the same at attempt 1, the retried one twice that
     asks = {
         (int(m), int(r))
-        for block in re.split(r"\nrule ", SMOKE["out"])
+        for block in re.split(r"\n(?:local)?rule ", SMOKE["out"])  # local jobs end a block too
         if block.startswith("evaluate:")
         for m, r in re.findall(r"mem_mb=(\d+),.*runtime=(\d+),", block)
     }
