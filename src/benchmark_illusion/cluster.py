@@ -27,10 +27,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import struct
 from pathlib import Path
 
-from .sources import ModelSourceError, resolve_gguf
+from .sources import ModelSourceError, resolve_gguf, safetensors_params
 
 DEFAULT_PARAMS_B = 8.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -47,20 +46,6 @@ PLAN = {
     "sae": (2.0, 8, 20, 60),
     "concepts": (1.5, 6, 8, 20),  # labels (one corpus pass) or one benchmark's activations
 }
-
-
-def _safetensors_params(folder: Path) -> int | None:
-    """Parameter count from the headers of every *.safetensors file in folder."""
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    total = 0
-    for f in files:
-        with f.open("rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    return total
 
 
 def _gguf_params(path: Path) -> int | None:
@@ -87,11 +72,11 @@ def _gguf_path(cfg: dict, root: Path) -> Path | None:
 def parameter_count(name: str, cfg: dict, root: Path = Path(".")) -> tuple[float, str]:
     """(parameters, where the number comes from) for model `name` with config `cfg`."""
     imported = root / "resources" / "models" / name
-    n = _safetensors_params(imported) if imported.is_dir() else None
+    n = safetensors_params(imported) if imported.is_dir() else None
     if n:
         return float(n), f"safetensors headers in {imported}"
     if cfg.get("source") == "local" and (root / cfg["path"]).is_dir():
-        n = _safetensors_params(root / cfg["path"])
+        n = safetensors_params(root / cfg["path"])
         if n:
             return float(n), f"safetensors headers in {cfg['path']}"
     gguf = _gguf_path(cfg, root)
@@ -137,7 +122,7 @@ def hub_params(repo: str, revision: str | None = None) -> tuple[int, str] | None
     except Exception:  # noqa: BLE001 - not in the cache: any reason means "ask the hub"
         cached = None
     if cached is not None:
-        n = _safetensors_params(cached)
+        n = safetensors_params(cached)
         if n:
             return n, f"safetensors headers in the hub cache ({cached})"
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):

@@ -1,8 +1,12 @@
-"""Where a GGUF model's file is, without importing torch (the DAG and job sizing need it too)."""
+"""Where a model's files are and how large it is, without importing torch (the DAG and job sizing
+need it too): GGUF files, safetensors headers, and hub downloads."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
+import struct
 from pathlib import Path
 
 
@@ -136,9 +140,7 @@ def fetch_hub_model(cfg: dict) -> dict:
             f"hub model {repo} is not in the hub cache and the hub cannot be reached "
             f"(HF_HUB_OFFLINE, or no network here): {e}"
         ) from None
-    from .cluster import _safetensors_params
-
-    n = _safetensors_params(folder)
+    n = safetensors_params(folder)
     if not n:
         raise ModelSourceError(
             f"hub model {repo} has no safetensors weights at {revision or 'main'}: the pipeline "
@@ -152,3 +154,17 @@ def fetch_hub_model(cfg: dict) -> dict:
         "files": sorted(p.name for p in folder.iterdir()),
         "n_parameters": n,
     }
+
+
+def safetensors_params(folder: Path) -> int | None:
+    """Parameter count from the headers of every *.safetensors file in folder."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    return total

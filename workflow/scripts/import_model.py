@@ -1,10 +1,11 @@
 import json
+from pathlib import Path
 
 from benchmark_illusion import logs, models
 
 log = logs.to_file(snakemake.log[0])
 cfg = dict(snakemake.params.model)
 if snakemake.input:  # a hub model: read the files fetch_hub_model downloaded, offline
-    cfg["fetched"] = json.loads(open(snakemake.input[0]).read())
+    cfg["fetched"] = json.loads(Path(snakemake.input[0]).read_text())
 prov = models.import_model(cfg, snakemake.output[0])
 log.info("imported %s: %s", snakemake.wildcards.model, json.dumps(prov))
