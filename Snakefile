@@ -23,8 +23,8 @@ include: "workflow/rules/common.smk"
 # Wildcard patterns of every rule (the names come from the config, through common.smk).
 wildcard_constraints:
     model=one_of(MODELS),
-    method=f"{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}",
-    structure=f"{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
+    method=f"{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}",
+    structure=f"{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}|{VARIANT_STRUCTURE}",
     sparsity="0|0\\.[0-9]+",
     dataset=one_of(DATASETS),
     lang="[A-Za-z0-9-]+",

@@ -17,15 +17,20 @@ from safetensors.torch import save_file
 
 from benchmark_illusion.cluster import (
     DEFAULT_PARAMS_B,
+    DEFAULT_SHAPE,
     MODEL_JOB_THREADS,
     aggregate_resources,
+    gpu_memory_mb,
+    gpu_request,
     guessed,
     hub_params,
     job_resources,
     job_threads,
+    model_shape,
     parameter_count,
     runs_on_gpu,
 )
+from benchmark_illusion.config import load_config
 from dag import planned_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,8 +263,76 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_model_shape_from_the_gguf_header_equals_the_imports_config(bundled_model_dir, tmp_path):
+    """SmolLM2-135M: 30 blocks of width 576, 9 heads of which 3 key/value heads (kv_dim 3 x 64),
+    MLP width 1536, 49,152 tokens; the same read from the GGUF header and from config.json."""
+    want = {"layers": 30, "hidden": 576, "kv_dim": 192, "intermediate": 1536, "vocab": 49152}
+    shape, where = model_shape("smol", BUNDLED, tmp_path)
+    assert (shape, where) == (want, "GGUF header of SmolLM2-135M-Instruct.Q4_1.gguf")
+    imported = tmp_path / "resources/models/smol"
+    imported.parent.mkdir(parents=True)
+    imported.symlink_to(bundled_model_dir)
+    shape, where = model_shape("smol", BUNDLED, tmp_path)
+    assert shape == want and where.endswith("resources/models/smol/config.json")
+    hub = {"source": "hub", "id": "org/not-downloaded"}
+    assert model_shape("x", hub, tmp_path) == (DEFAULT_SHAPE, "default (the 8B shape)")
+
+
+def test_gpu_memory_adds_kv_cache_logits_and_calibration_to_the_weights():
+    """Worked by hand: 1e9 bfloat16 parameters (2e9 bytes); a shape of 10 blocks, width 100,
+    kv_dim 50, MLP 400, 1000 tokens; batches of 10 rows, 100 tokens; then x 1.15, + 1024 MB,
+    rounded up to 512 MB."""
+    shape = {"layers": 10, "hidden": 100, "kv_dim": 50, "intermediate": 400, "vocab": 1000}
+    ev = {"decode_tokens": 1000, "batch_tokens": 100, "batch_size": 10}
+    cal = {"n_windows": 10, "seq_len": 100}
+
+    def mb(total_bytes: float, attempt: int = 1) -> int:
+        return int(-(-((total_bytes * 1.15 / 2**20 + 1024) * attempt) // 512) * 512)
+
+    kv = 1000 * 10 * 2 * 50 * 2  # decode tokens x blocks x (K, V) x kv_dim x 2 bytes
+    # batch tokens x vocab x 2 bytes; one row's 10 positions x vocab x (log-probs, a copy) x 4
+    logits = 100 * 1000 * 2 + 10 * 1000 * 2 * 4
+    acts = 100 * 400 * 4 * 2  # batch tokens x widest activation x 4 values x 2 bytes
+    assert gpu_memory_mb("evaluate", 1e9, "bfloat16", shape, ev, cal) == mb(
+        2e9 + kv + logits + acts
+    )
+    assert gpu_memory_mb("evaluate", 1e9, "bfloat16", shape, ev, cal, attempt=2) == mb(
+        2e9 + kv + logits + acts, 2
+    )
+    block = 2 * 4 * 1e9 / 10  # two float32 copies of one of 10 blocks
+    calib = 10 * 100 * 100 * 3 * 4
+    hessian = 400**2 * 2 * 4
+    assert gpu_memory_mb("prune", 1e9, "bfloat16", shape, ev, cal) == mb(
+        2e9 + block + calib + hessian
+    )
+    assert gpu_memory_mb("import", 1e9, "bfloat16", shape, ev, cal) == 0
+    # float32 doubles the weights' share
+    assert gpu_memory_mb("sae", 1e9, "float32", shape, ev, cal) == mb(4e9 + 2e9)
+
+
+def test_gpu_request_speaks_the_sites_dialect():
+    assert gpu_request(None, 30000) == {} and gpu_request("gres:gpumem:{gb}g", 0) == {}
+    assert gpu_request("gres:gpumem:{gb}g", 30000) == {"gres": "gpumem:30g"}  # 29.3 GB, up
+    tiers = "constraint:a100_80g=80, a100_40g=40,v100=16"
+    assert gpu_request(tiers, 16 * 1024) == {"constraint": "v100"}
+    assert gpu_request(tiers, 16 * 1024 + 1) == {"constraint": "a100_40g"}
+    assert gpu_request(tiers, 200_000) == {"constraint": "a100_80g"}  # none fits: the largest
+    assert gpu_request("gpu_model:h100=80", 9000) == {"gpu_model": "h100"}
+    with pytest.raises(ValueError, match="gpu_memory_request: 'mem:40'"):
+        gpu_request("mem:40", 1000)
+    with pytest.raises(ValueError, match="'a100' in 'constraint:a100' is not <name>=<GB>"):
+        gpu_request("constraint:a100", 1000)
+
+
 def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(tmp_path):
-    res, _ = dry_run(tmp_path, "--profile", str(ROOT / "profiles/slurm"))
+    tiers = "constraint:a100_40g=40,a100_80g=80"
+    res, _ = dry_run(
+        tmp_path,
+        "--profile",
+        str(ROOT / "profiles/slurm"),
+        "--config",
+        f"gpu_memory_request={tiers}",
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     # one resources line per job, after its "rule <name>:" line
@@ -295,6 +368,15 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
         if b.startswith("evaluate:") and "model=qwen3-8b" in b
     )
     assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block
+    # its GPU memory: 8.2B bfloat16 weights (not downloaded: the 8B shape), the paper config's
+    # batch and KV settings
+    cfg = load_config(ROOT / "config/paper.yaml")
+    gpu = gpu_memory_mb(
+        "evaluate", 8.2e9, "bfloat16", DEFAULT_SHAPE, cfg["evaluation"], cfg["calibration"]
+    )
+    assert 16_000 < gpu < 80 * 1024
+    feature = "a100_40g" if gpu <= 40 * 1024 else "a100_80g"
+    assert f"gpu_mem_mb={gpu}," in block and f"constraint={feature}" in block
 
 
 def test_gpu_check_plans_every_step_in_both_dtypes_and_refuses_a_machine_without_a_gpu(tmp_path):

@@ -1242,6 +1242,122 @@ def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, 
     assert same_tables(all_tables(copy), all_tables(work)) == []
 
 
+def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(smoke_run, tmp_path):
+    """Compressed variants of the bundled model made elsewhere, on the smoke run's files (hard
+    links): a GGUF file re-quantized to Q4_0 with the gguf package (tests/gguf_variants.py), and
+    a `local` folder that is the smoke run's own magnitude 30% checkpoint. Only their imports and
+    evaluations run; they appear in every table beside the pipeline's checkpoints, their sizes
+    measured; the local variant's rows are the pipeline checkpoint's, bit for bit. A variant
+    with another tokenizer stops the run before any job, and twins are planned for variants."""
+    import os
+    import shutil
+
+    from gguf_variants import bundled_gguf, write_variant
+
+    work, cfg = smoke_run
+    copy = tmp_path / "run"
+    shutil.copytree(work, copy, copy_function=os.link, ignore=shutil.ignore_patterns("*.lock*"))
+    q4 = write_variant(bundled_gguf(), tmp_path / "SmolLM2-135M-Instruct.Q4_0.gguf", "Q4_0")
+    pruned = "results/checkpoints/smollm2-135m/magnitude/unstructured/0.3"
+    edited = yaml.safe_load(cfg.read_text())
+    edited["models"]["smollm2-135m"]["variants"] = {
+        "q4_0": {"source": "gguf_file", "path": str(q4), "method": "gguf-q4_0", "bits": 4},
+        "mag30": {"source": "local", "path": pruned, "method": "magnitude", "sparsity": 0.3},
+    }
+    path = tmp_path / "variants.yaml"
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+
+    res = snakemake(copy, path, "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    n_langs = 2
+    assert planned_jobs(res.stdout + res.stderr) == {
+        "import_variant": 2,
+        "evaluate": 2 * n_langs,
+        **AGGREGATION,
+    }
+    # with a perturbation seed, each variant gets its twin like every compressed checkpoint
+    twins = yaml.safe_load(path.read_text())
+    twins["controls"] = {"perturbation": {"seeds": [0]}}
+    (tmp_path / "twins.yaml").write_text(yaml.safe_dump(twins, sort_keys=False))
+    res = snakemake(copy, tmp_path / "twins.yaml", "-n")
+    assert res.returncode == 0, res.stderr[-3000:]
+    plan = planned_jobs(res.stdout + res.stderr)
+    n_compressed = len(CHECKPOINTS) + len(QUANTIZED) + 2
+    assert plan["perturb"] == n_compressed
+    assert "noise0-q4_0" in res.stdout + res.stderr and "noise0-mag30" in res.stdout + res.stderr
+
+    res = snakemake(copy, path)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+
+    con = duckdb.connect(str(copy / "results/illusion.duckdb"), read_only=True)
+    v = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT method, variant_method, measured_sparsity, bits, gguf_weight_type, "
+            "gguf_bits_per_weight, weight_bits FROM variants ORDER BY method"
+        ).fetchall()
+    }
+    # Q4_0: 32 weights in 18 bytes (16 bytes of 4-bit values, an fp16 scale): 4.5 bits; the
+    # local checkpoint's zeros are the magnitude step's 30% (its dequantized Q4_1 values keep
+    # their 4-bit grid: 16 distinct values per group of 32, hence bits 4)
+    assert v["q4_0"][:1] == ("gguf-q4_0",) and v["q4_0"][3:6] == ("Q4_0", 4.5, 4.5)
+    assert v["q4_0"][2] == 4
+    assert v["mag30"][1] == pytest.approx(0.3, abs=1e-3) and v["mag30"][2] == 4
+    families = dict(
+        con.execute(
+            "SELECT method, family FROM checkpoints WHERE method IN ('q4_0', 'mag30')"
+        ).fetchall()
+    )
+    assert families == {"q4_0": "variant", "mag30": "variant"}
+
+    # every table keyed by checkpoint has the variants' rows beside the pipeline's own
+    def methods(table: str) -> set[str]:
+        return {r[0] for r in con.execute(f"SELECT DISTINCT method FROM {table}").fetchall()}
+
+    for table in ("accuracy", "mc_only", "delta_pr", "gold_rank", "oracle"):
+        assert {"q4_0", "mag30", "magnitude", "dense"} <= methods(table), table
+    # recovery: the checkpoints with MC-only items (magnitude 30% has some in the smoke run)
+    assert {"mag30", "magnitude"} <= methods("recovery")
+    concept = {r[0] for r in con.execute("SELECT DISTINCT method FROM chi_model").fetchall()}
+    assert {"q4_0", "mag30"} <= concept
+    con.close()
+    summary = subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "summary"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+    )
+    assert summary.returncode == 0 and "q4_0" in summary.stdout and "mag30" in summary.stdout
+
+    # the local variant is the pipeline's checkpoint: same weights (hash), same rows
+    for lang in ("en", "es"):
+        gen = copy / "results/generations/smollm2-135m"
+        mine = pl.read_parquet(gen / f"mag30/variant/0.3/sample/{lang}.parquet")
+        theirs = pl.read_parquet(gen / f"magnitude/unstructured/0.3/sample/{lang}.parquet")
+        assert mine["method"].unique().to_list() == ["mag30"]
+        assert mine["structure"].unique().to_list() == ["variant"]
+        keep = [c for c in mine.columns if c not in ("method", "structure", "seconds")]
+        assert mine.select(keep).equals(theirs.select(keep)), lang
+
+    # a variant whose tokenizer differs: the run stops before any job, naming it
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(copy / pruned, other)
+    tj = json.loads((other / "tokenizer.json").read_text())
+    vocab = tj["model"]["vocab"]
+    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
+    (other / "tokenizer.json").write_text(json.dumps(tj))
+    edited["models"]["smollm2-135m"]["variants"]["other"] = {
+        "source": "local",
+        "path": str(other),
+        "method": "retokenized",
+    }
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    res = snakemake(copy, path)
+    assert res.returncode != 0
+    assert "models.smollm2-135m.variants.other: its tokenizer differs" in res.stdout + res.stderr
+    assert "Select jobs to execute" not in res.stdout + res.stderr
+
+
 def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
     """evaluation.device, decode_rows, batch_tokens and decode_tokens change where and how fast
     rows are computed, not what they hold: no job re-runs."""

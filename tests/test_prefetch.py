@@ -105,3 +105,51 @@ def test_prefetch_downloads_models_and_datasets_and_nothing_else(bundled_model_d
     res = subprocess.run(cmd + ["-n"], capture_output=True, text=True, env=env)
     assert res.returncode == 0 and "rule import_hub_model:" in res.stdout
     assert "rule fetch_hub_model:" not in res.stdout and "rule download_dataset:" not in res.stdout
+
+
+def test_prefetch_fetches_hub_variants_and_their_tokenizer_is_checked_before_any_job(
+    bundled_model_dir, tmp_path
+):
+    """A hub model with two hub variants: `prefetch` downloads all three (records under
+    resources/hub/<model>/<variant>.json) and nothing else; a variant whose downloaded tokenizer
+    differs from the base's (two ids swapped) then stops the next run before any job."""
+    hf = tmp_path / "hf"
+    for repo in ("org/smol", "org/smol-awq", "org/smol-other"):
+        hub_cache_with(bundled_model_dir, hf / "hub", repo)
+    other = hf / "hub" / "models--org--smol-other" / "snapshots" / SHA / "tokenizer.json"
+    tj = json.loads(other.read_text())
+    vocab = tj["model"]["vocab"]
+    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
+    other.write_text(json.dumps(tj))
+    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    variants = {
+        "awq": {"source": "hub", "id": "org/smol-awq", "method": "awq"},
+        "other": {"source": "hub", "id": "org/smol-other", "method": "other"},
+    }
+    cfg["models"] = {
+        "smol": {"source": "hub", "id": "org/smol", "params_b": 0.135, "variants": variants}
+    }
+    cfg["datasets"]["sample"]["path"] = str(ROOT / "resources/sample_qa/{lang}.json")
+    path = tmp_path / "hub.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "w"
+    env = {**os.environ, "HF_HOME": str(hf), "HF_HUB_OFFLINE": "1"}
+    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(path)]
+    res = subprocess.run(
+        cmd + ["--cores", "1", "prefetch"], capture_output=True, text=True, env=env
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    for name in ("awq", "other"):
+        record = json.loads((work / f"resources/hub/smol/{name}.json").read_text())
+        assert record["id"] == f"org/smol-{name}" and record["commit"] == SHA
+    assert not (work / "resources/models").exists() and not (work / "resources/variants").exists()
+    res = subprocess.run(cmd + ["-n"], capture_output=True, text=True, env=env)
+    assert res.returncode != 0
+    assert (
+        "models.smol.variants.other: its tokenizer differs from smol's" in res.stdout + res.stderr
+    )
+    del cfg["models"]["smol"]["variants"]["other"]
+    path.write_text(yaml.safe_dump(cfg))
+    res = subprocess.run(cmd + ["-n"], capture_output=True, text=True, env=env)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert "rule import_variant:" in res.stdout and "rule fetch_hub_variant:" not in res.stdout

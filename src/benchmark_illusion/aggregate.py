@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from . import bootstrap, perturbation
+from . import bootstrap, perturbation, variants
 from .io import atomic_path, parquet_list
 
 log = logging.getLogger("benchmark_illusion")
@@ -30,6 +30,7 @@ def create_views(
     item_reports: list[str] | None = None,
     perturbation_reports: list[str] | None = None,
     model_sources: dict | None = None,
+    variant_reports: list[str] | None = None,
 ) -> None:
     """Views over exactly the given files (never a glob: stale files of an old config stay out).
 
@@ -47,6 +48,13 @@ def create_views(
                     source keys): model, source, weight_type and bits_per_weight of the
                     decoder's weight matrices as the source stores them (read from a GGUF
                     file's tensor table; NULL for safetensors sources, stored as their dtype)
+    variants        (a table) one row per compressed variant made elsewhere, from its
+                    variant.json (benchmark_illusion.variants): its checkpoint key (method = its
+                    name, structure 'variant'), variant_method (the config's free text), source,
+                    what was measured on its weights (measured_sparsity, nm, bits, group_size,
+                    max_distinct_per_32; gguf_weight_type, gguf_bits_per_weight of a GGUF file),
+                    weight_bits, and the config's claims (claimed_sparsity, claimed_bits,
+                    claimed_bits_per_weight)
     """
     if not generations:
         raise ValueError("no evaluation logs to aggregate")
@@ -94,6 +102,11 @@ def create_views(
     rows = [model_source_row(m, cfg) for m, cfg in sorted((model_sources or {}).items())]
     if rows:
         con.executemany("INSERT INTO model_sources VALUES (?, ?, ?, ?)", rows)
+    con.execute(f"CREATE OR REPLACE TABLE variants ({variants.VARIANTS_TABLE})")
+    rows = variants.report_rows(variant_reports or [])
+    if rows:
+        marks = ", ".join("?" * len(rows[0]))
+        con.executemany(f"INSERT INTO variants VALUES ({marks})", rows)
 
 
 def model_source_row(model: str, cfg: dict) -> tuple:
@@ -262,13 +275,21 @@ def build_database(
     item_reports: list[str] | None = None,
     perturbation_reports: list[str] | None = None,
     model_sources: dict | None = None,
+    variant_reports: list[str] | None = None,
 ) -> None:
     """Write the database atomically: an interrupted run leaves the previous file intact."""
     with atomic_path(db_path, ".duckdb") as tmp:
         con = duckdb.connect(str(tmp))
         try:
             create_views(
-                con, generations, selected, pool, item_reports, perturbation_reports, model_sources
+                con,
+                generations,
+                selected,
+                pool,
+                item_reports,
+                perturbation_reports,
+                model_sources,
+                variant_reports,
             )
             run_metric_sql(con, sql_files, settings)
             for (name,) in con.execute(

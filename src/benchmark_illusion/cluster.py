@@ -29,7 +29,7 @@ import math
 import os
 from pathlib import Path
 
-from .sources import ModelSourceError, resolve_gguf, safetensors_params
+from .sources import ModelSourceError, gguf_header, resolve_gguf, safetensors_params
 
 DEFAULT_PARAMS_B = 8.0
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -146,6 +146,184 @@ def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: i
     mem_gb = (ram_per_weight_gb * weights_gb + fixed_gb) * attempt
     minutes = (min_per_b * n_params / 1e9 + fixed_min) * attempt
     return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
+
+
+# ------------------------------------------------------------------------- GPU memory
+
+# The shape of the largest model of the paper's grid (Llama-3.1-8B), used when a model's shape
+# cannot be read yet (a hub model before its download): too much rather than too little.
+DEFAULT_SHAPE = {
+    "layers": 32,
+    "hidden": 4096,
+    "kv_dim": 1024,
+    "intermediate": 14336,
+    "vocab": 128256,
+}
+GPU_CONTEXT_MB = 1024  # the CUDA context, cuBLAS workspaces and the allocator's slack
+GPU_HEADROOM = 1.15
+
+
+def _shape_from_config(path: Path) -> dict | None:
+    """The shape of a transformers config.json (text models with the usual key names)."""
+    if not path.is_file():
+        return None
+    c = json.loads(path.read_text())
+    c = c.get("text_config", c)
+    try:
+        hidden, heads = c["hidden_size"], c["num_attention_heads"]
+        head_dim = c.get("head_dim") or hidden // heads
+        return {
+            "layers": c["num_hidden_layers"],
+            "hidden": hidden,
+            "kv_dim": c.get("num_key_value_heads", heads) * head_dim,
+            "intermediate": c.get("intermediate_size", 4 * hidden),
+            "vocab": c["vocab_size"],
+        }
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+def _shape_from_gguf(path: Path) -> dict | None:
+    """The shape of a GGUF model, from its header (`<arch>.block_count` and friends)."""
+    arch = gguf_header(path, {"general.architecture"}).get("general.architecture")
+    if not arch:
+        return None
+    keys = {
+        "layers": f"{arch}.block_count",
+        "hidden": f"{arch}.embedding_length",
+        "intermediate": f"{arch}.feed_forward_length",
+        "heads": f"{arch}.attention.head_count",
+        "kv_heads": f"{arch}.attention.head_count_kv",
+        "vocab": "tokenizer.ggml.tokens",  # an array: its length
+    }
+    h = gguf_header(path, set(keys.values()))
+    v = {k: h.get(key) for k, key in keys.items()}
+    if not all(v[k] for k in ("layers", "hidden", "heads", "vocab")):
+        return None
+    kv_heads = v["kv_heads"] or v["heads"]
+    return {
+        "layers": int(v["layers"]),
+        "hidden": int(v["hidden"]),
+        "kv_dim": int(kv_heads) * int(v["hidden"]) // int(v["heads"]),
+        "intermediate": int(v["intermediate"] or 4 * v["hidden"]),
+        "vocab": int(v["vocab"]),
+    }
+
+
+def model_shape(name: str, cfg: dict, root: Path = Path(".")) -> tuple[dict, str]:
+    """(layers, hidden, kv_dim, intermediate, vocab; where they come from) of model `name`: its
+    import's config.json, a local folder's, a downloaded hub snapshot's, or a GGUF header; else
+    DEFAULT_SHAPE."""
+    candidates = [root / "resources" / "models" / name / "config.json"]
+    if cfg.get("source") == "local":
+        candidates.append(root / cfg["path"] / "config.json")
+    record = root / "resources" / "hub" / f"{name}.json"
+    if cfg.get("source") == "hub" and record.is_file():
+        candidates.append(Path(json.loads(record.read_text())["snapshot"]) / "config.json")
+    for path in candidates:
+        shape = _shape_from_config(path)
+        if shape:
+            return shape, str(path)
+    gguf = _gguf_path(cfg, root)
+    if gguf is not None:
+        shape = _shape_from_gguf(gguf)
+        if shape:
+            return shape, f"GGUF header of {gguf.name}"
+    return dict(DEFAULT_SHAPE), "default (the 8B shape)"
+
+
+def gpu_memory_mb(
+    kind: str,
+    n_params: float,
+    dtype: str,
+    shape: dict,
+    evaluation: dict,
+    calibration: dict,
+    attempt: int = 1,
+) -> int:
+    """GPU memory of one `kind` job in MB (rounded up to 512), grown with the attempt.
+
+    weights     n_params x bytes per value of `dtype`
+    evaluate    + the KV cache of one decode batch (evaluation.decode_tokens x layers x 2 x
+                kv_dim values) + the logits of one scoring batch (evaluation.batch_tokens x
+                vocab values) and the float32 log-probabilities of one of its rows (batch_tokens
+                / batch_size positions, twice) + its activations (batch_tokens x max(hidden,
+                intermediate) x 4 values)
+    prune       (also quantize) + two copies of one block in float32 + the calibration
+                activations (n_windows x seq_len x hidden x 3 in float32) + SparseGPT/GPTQ's
+                Hessian and its inverse for the widest input (intermediate^2 x 2 in float32)
+    sae, concepts  + 2 GB for the activation buffers (concepts.sae.buffer_tokens sizes the
+                host side)
+    import      0: the conversion runs on the CPU
+    Then x 1.15 and + 1 GB for the CUDA context and allocator slack. Every job logs its peak
+    GPU memory, to compare."""
+    if kind == "import":
+        return 0
+    b = DTYPE_BYTES.get(dtype, 4)
+    total = n_params * b
+    if kind == "evaluate":
+        total += evaluation.get("decode_tokens", 8192) * shape["layers"] * 2 * shape["kv_dim"] * b
+        rows = max(evaluation.get("batch_size", 8), 1)
+        total += evaluation.get("batch_tokens", 2048) * shape["vocab"] * b
+        total += evaluation.get("batch_tokens", 2048) / rows * shape["vocab"] * 2 * 4
+        total += (
+            evaluation.get("batch_tokens", 2048)
+            * max(shape["hidden"], shape["intermediate"])
+            * 4
+            * b
+        )
+    elif kind == "prune":
+        total += 2 * 4 * n_params / max(shape["layers"], 1)
+        total += (
+            calibration.get("n_windows", 128)
+            * calibration.get("seq_len", 2048)
+            * shape["hidden"]
+            * 3
+            * 4
+        )
+        total += shape["intermediate"] ** 2 * 2 * 4
+    elif kind in ("sae", "concepts"):
+        total += 2e9
+    else:
+        raise ValueError(f"unknown job kind {kind!r} for GPU memory")
+    mb = (total * GPU_HEADROOM / 2**20 + GPU_CONTEXT_MB) * attempt
+    return int(math.ceil(mb / 512) * 512)
+
+
+def gpu_request(spec: str | None, gpu_mem_mb: int) -> dict:
+    """The SLURM resources that ask for `gpu_mem_mb` of GPU memory the way a site wants it
+    (config `gpu_memory_request`, set in the cluster profile):
+
+      None or ''                       nothing (any GPU of the partition)
+      'gres:<template>'                gres, e.g. 'gres:gpumem:{gb}g' -> --gres=gpumem:40g
+      'constraint:<feature>=<GB>,...'  the smallest listed feature with enough memory, e.g.
+                                       'constraint:a100_40g=40,a100_80g=80' -> -C a100_80g
+      'gpu_model:<model>=<GB>,...'     likewise as the GPU model (--gpus=<model>:1)
+    {gb} and {mb} in a template are the estimate rounded up to whole GB / MB. When no listed
+    size is enough, the largest is asked for (the job's log shows its peak memory)."""
+    if not spec or gpu_mem_mb <= 0:
+        return {}
+    resource, _, rest = spec.partition(":")
+    if resource not in ("gres", "constraint", "gpu_model") or not rest:
+        raise ValueError(
+            f"gpu_memory_request: {spec!r} is not 'gres:<template>', "
+            "'constraint:<feature>=<GB>,...' or 'gpu_model:<model>=<GB>,...'"
+        )
+    gb = math.ceil(gpu_mem_mb / 1024)
+    if resource == "gres":
+        return {"gres": rest.format(gb=gb, mb=gpu_mem_mb)}
+    tiers = []
+    for part in rest.split(","):
+        name, _, size = part.strip().partition("=")
+        try:
+            tiers.append((float(size), name.strip()))
+        except ValueError:
+            raise ValueError(
+                f"gpu_memory_request: {part.strip()!r} in {spec!r} is not <name>=<GB>"
+            ) from None
+    tiers.sort()
+    fit = next((name for size, name in tiers if size >= gb), tiers[-1][1])
+    return {resource: fit}
 
 
 def aggregate_resources(n_item_checkpoints: int, attempt: int = 1) -> dict:

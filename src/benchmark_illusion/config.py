@@ -18,6 +18,7 @@ from jsonschema import Draft202012Validator, validators
 from .data import HUB_LANGUAGES, load_raw, raw_path_for
 from .sources import ModelSourceError, package_gguf
 from .structures import parse_structure
+from .variants import name_errors, tokenizer_errors
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -113,6 +114,23 @@ def _error_lines(err) -> list[str]:
     return [f"{key_path(path)}: {err.message}"]
 
 
+def source_errors(key: str, m: dict, root: Path = Path(".")) -> list[str]:
+    """A model's or variant's weights that cannot be found (`key`: where it is in the config)."""
+    errors = []
+    src = m.get("source")
+    if src == "gguf_package":
+        try:
+            package_gguf(m["package"], m.get("file"))
+        except ModelSourceError as e:
+            sub = "package" if "is not installed" in str(e) else "file"
+            errors.append(f"{key}.{sub}: {e}")
+    if src == "gguf_file" and not (root / m["path"]).is_file():
+        errors.append(f"{key}.path: GGUF file not found: {m['path']}")
+    if src == "local" and not (root / m["path"]).is_dir():
+        errors.append(f"{key}.path: model folder not found: {m['path']}")
+    return errors
+
+
 def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     """Problems a schema cannot express: files and packages that do not exist, languages a hub
     set lacks, evaluation formats that item selection needs."""
@@ -124,18 +142,15 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
             f"evaluation.formats: must include open and mc, item selection needs both "
             f"(got {', '.join(formats)})"
         )
+    missing = []
     for name, m in config.get("models", {}).items():
-        src = m.get("source")
-        if src == "gguf_package":
-            try:
-                package_gguf(m["package"], m.get("file"))
-            except ModelSourceError as e:
-                key = "package" if "is not installed" in str(e) else "file"
-                errors.append(f"models.{name}.{key}: {e}")
-        if src == "gguf_file" and not (root / m["path"]).is_file():
-            errors.append(f"models.{name}.path: GGUF file not found: {m['path']}")
-        if src == "local" and not (root / m["path"]).is_dir():
-            errors.append(f"models.{name}.path: model folder not found: {m['path']}")
+        missing += source_errors(f"models.{name}", m, root)
+        for v, spec in (m.get("variants") or {}).items():
+            missing += source_errors(f"models.{name}.variants.{v}", spec, root)
+            errors += name_errors(name, v)
+    errors += missing
+    if not missing:  # the vocabularies of variants and their bases, once every file is there
+        errors += tokenizer_errors(config, root)
     for name, d in config.get("datasets", {}).items():
         src = d.get("source")
         if src in HUB_LANGUAGES:

@@ -237,14 +237,16 @@ def _first_layer_seconds(model, windows, settings) -> float:
     return time.perf_counter() - t0
 
 
-def _checkpoints(config: dict) -> int:
-    """Checkpoints evaluated per benchmark: dense, every pruned and every quantized one, and
-    each of those once more per perturbation seed (its perturbed twin)."""
+def _checkpoints(config: dict, model: str | None = None) -> int:
+    """Checkpoints of `model` evaluated per benchmark: dense, every pruned and every quantized
+    one and the model's variants made elsewhere, and each of those once more per perturbation
+    seed (its perturbed twin)."""
     pr, q = config["pruning"], config["quantization"]
     seeds = ((config.get("controls") or {}).get("perturbation") or {}).get("seeds") or []
     compressed = len(pr["methods"]) * (len(pr["sparsities"]) + len(pr.get("nm") or [])) + len(
         q["methods"]
     ) * len(q["bits"])
+    compressed += len(((config.get("models") or {}).get(model) or {}).get("variants") or {})
     return 1 + compressed * (1 + len(seeds))
 
 
@@ -277,7 +279,7 @@ def plan(
             c.cpu_seconds += pool * per_pool_item
             c.core_seconds += pool * per_pool_item * t.threads
             c.longest_job = max(c.longest_job, pool * per_pool_item)
-            n_ckpt = _checkpoints(config)
+            n_ckpt = _checkpoints(config, t.model)
             c = costs["evaluate"]
             c.jobs += n_ckpt
             c.items += n_ckpt * selected

@@ -629,7 +629,8 @@ def accuracy_vs_size(con, path: Path) -> None:
     the stored bits per weight of the compressed layers (`checkpoints.weight_bits`; dense at its
     source's precision, 16 unless a GGUF source says otherwise),
     one line per method and structure kind (unstructured, each N:M, each quantization grid
-    shape), so checkpoints of matched size stand one above the other."""
+    shape; a variant made elsewhere is a point of its own), so checkpoints of matched size stand
+    one above the other."""
     acc = con.sql(
         "SELECT a.model, a.method, a.structure, a.sparsity, a.format, a.accuracy AS value, "
         "a.ci_low, a.ci_high, c.weight_bits, c.family, c.group_size, c.symmetric_grid "
@@ -670,15 +671,19 @@ def accuracy_vs_size(con, path: Path) -> None:
             for i, (method, k, family) in enumerate(sorted(lines.unique().iter_rows())):
                 m = f.filter((pl.col("method") == method) & (pl.col("kind") == k))
                 nm = family == "pruning" and k != ""
+                # an N:M checkpoint or a variant made elsewhere: a point of its own, no line
+                alone = nm or family == "variant"
                 _errorbar(
                     ax,
-                    (m if nm else pl.concat([dense, m])).sort("weight_bits"),
+                    (m if alone else pl.concat([dense, m])).sort("weight_bits"),
                     "weight_bits",
                     "value",
                     "ci_low",
                     "ci_high",
-                    marker={"quantization": "D", "pruning": "s" if nm else "o"}[family],
-                    linestyle="none" if nm else "-",
+                    marker={"quantization": "D", "pruning": "s" if nm else "o", "variant": "^"}[
+                        family
+                    ],
+                    linestyle="none" if alone else "-",
                     markerfacecolor="none" if nm else None,
                     color=_color(method, i),
                     label=f"{method} {k}".strip(),

@@ -110,16 +110,33 @@ def load_source(cfg: dict) -> Imported:
 def import_model(cfg: dict, out_dir: str | os.PathLike) -> dict:
     """Import the model of `cfg` into `out_dir` (atomically); return its provenance record."""
     t0 = time.perf_counter()
-    imported = load_source(cfg)
+    return save_imported(load_source(cfg), out_dir, t0=t0)
+
+
+def save_imported(
+    imported: Imported,
+    out_dir: str | os.PathLike,
+    reports: dict[str, dict] | None = None,
+    check=None,
+    t0: float | None = None,
+) -> dict:
+    """Write an imported model to `out_dir` atomically: safetensors weights, the tokenizer,
+    provenance.json and `reports` (file name -> record). `check(folder)` may raise to keep
+    `out_dir` as it was (e.g. a variant whose written tokenizer differs from its base's)."""
     prov = dict(imported.provenance)
     prov["transformers_version"] = transformers.__version__
     prov["torch_version"] = torch.__version__
     with atomic_path(out_dir) as tmp:
         imported.model.save_pretrained(tmp, safe_serialization=True)
         imported.tokenizer.save_pretrained(tmp)
+        if check is not None:
+            check(Path(tmp))
         weights = sorted(Path(tmp).glob("*.safetensors"))
         prov["weights_sha256"] = {w.name: sha256_file(w) for w in weights}
-        prov["import_seconds"] = round(time.perf_counter() - t0, 2)
+        if t0 is not None:
+            prov["import_seconds"] = round(time.perf_counter() - t0, 2)
+        for name, record in (reports or {}).items():
+            write_json(record, Path(tmp) / name)
         write_json(prov, Path(tmp) / "provenance.json")
     return prov
 

@@ -21,8 +21,21 @@ def dataset(config: dict, name: str) -> dict:
 
 
 def model(config: dict, name: str) -> dict:
-    """Model `name`, without params_b (it only sizes cluster jobs) and sae (concept rules only)."""
-    return _without(config["models"][name], "params_b", "sae")
+    """Model `name`, without params_b (it only sizes cluster jobs), sae (concept rules only)
+    and variants (each imported by its own job: adding one must not import the base again)."""
+    return _without(config["models"][name], "params_b", "sae", "variants")
+
+
+def variant(config: dict, model_name: str, name: str) -> dict:
+    """What decides the import of variant `name` of model `model_name`: the variant's keys and
+    the base's dtype and trust_remote_code (variants.source_config), and pruning.tolerance
+    (how far a claimed sparsity may be from the measured one before the log warns)."""
+    base = config["models"][model_name]
+    return {
+        "variant": dict(base["variants"][name]),
+        "base": {k: base[k] for k in ("dtype", "trust_remote_code") if k in base},
+        "tolerance": config["pruning"]["tolerance"],
+    }
 
 
 # evaluation keys that decide how many rows run together, not what a row holds (like the

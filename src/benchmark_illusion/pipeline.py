@@ -35,6 +35,7 @@ from .recovery import recovery_floor
 from .schema import LOG_SCHEMA, write_empty_log_if_no_items
 from .settings import EvalSettings, RecoverySettings
 from .structures import parse_grid, parse_structure
+from .variants import STRUCTURE as VARIANT
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -92,14 +93,15 @@ def eval_config_hash(params: dict) -> str:
 def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
     """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
     pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'; a
-    perturbed twin (noise0-gptq) its source's structure and no bits (its weights are dense)."""
+    perturbed twin (noise0-gptq) its source's structure and no bits (its weights are dense); a
+    variant made elsewhere 'variant' and no bits (they are measured: the `variants` table)."""
     twin = parse_perturbed(method)
     if twin is not None:
         return describe_checkpoint(twin[1], structure)[0], None
     if method in quant.METHODS:
         grid = parse_grid(structure)
         return str(grid), grid.bits
-    if structure == "none":
+    if structure in ("none", VARIANT):  # dense; a variant made elsewhere (its bits: `variants`)
         return structure, None
     return str(parse_structure(structure)), None
 

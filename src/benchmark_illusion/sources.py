@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import mmap
 import struct
 from pathlib import Path
 
@@ -100,6 +101,58 @@ def gguf_precision(path: str | Path) -> dict:
         "weight_type": max(by_type, key=by_type.get),
         "bits_per_weight": round(bits / weights, 4),
     }
+
+
+# GGUF value types: struct formats of the fixed-size ones; 8 is a string, 9 an array
+_GGUF_SCALARS = {**dict(enumerate("BbHhIif?")), 10: "Q", 11: "q", 12: "d"}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_header(path: str | Path, keys: set[str], lists: set[str] = frozenset()) -> dict:
+    """Values of `keys` in a GGUF file's key/value header, read without the gguf package.
+
+    A scalar or string key gives its value; an array key its length, or the list of its values
+    when it is in `lists` (strings decoded). Reading stops once every key is found: the bundled
+    model's vocabulary takes about 0.1 s, against 2.6 s for gguf.GGUFReader, which parses every
+    tensor too (the config check and job sizing run it in every Snakemake process)."""
+    out: dict = {}
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+        if buf[:4] != b"GGUF":
+            raise ModelSourceError(f"{path}: not a GGUF file")
+        (n_kv,) = struct.unpack_from("<Q", buf, 16)
+        pos = 24
+
+        def string(pos: int) -> tuple[str, int]:
+            (n,) = struct.unpack_from("<Q", buf, pos)
+            return buf[pos + 8 : pos + 8 + n].decode("utf-8", errors="replace"), pos + 8 + n
+
+        def value(kind: int, pos: int, keep: bool):
+            """(the value, or None when not kept, and the position after it)"""
+            if kind == _GGUF_STRING:
+                return string(pos)
+            if kind == _GGUF_ARRAY:
+                sub, count = struct.unpack_from("<IQ", buf, pos)
+                pos += 12
+                if sub in _GGUF_SCALARS and not keep:
+                    return count, pos + count * struct.calcsize("<" + _GGUF_SCALARS[sub])
+                items = []
+                for _ in range(count):
+                    item, pos = value(sub, pos, keep)
+                    if keep:
+                        items.append(item)
+                return (items if keep else count), pos
+            fmt = "<" + _GGUF_SCALARS[kind]
+            return struct.unpack_from(fmt, buf, pos)[0], pos + struct.calcsize(fmt)
+
+        for _ in range(n_kv):
+            if len(out) == len(keys):
+                break
+            key, pos = string(pos)
+            (kind,) = struct.unpack_from("<I", buf, pos)
+            found, pos = value(kind, pos + 4, key in lists)
+            if key in keys:
+                out[key] = found
+    return out
 
 
 # Files a hub model needs: config, tokenizer and safetensors weights (never *.bin or *.pth: the

@@ -6,6 +6,8 @@ rule aggregate:
         item_reports=item_report_files(),
         # the perturbed twins' folders, for their perturbation.json (the `perturbations` table)
         perturbations=perturbed_checkpoints(),
+        # the variants' imports, for their variant.json (the `variants` table)
+        variants=variant_folders(),
         sql=sql_files(),
     output:
         METRICS_DB,

@@ -16,6 +16,7 @@ from benchmark_illusion.config import ConfigError, check_config, schema_errors
 # torch-free, like everything imported here: every Snakemake process parses this file (two per
 # SLURM job), and importing torch would add about a second to each
 from benchmark_illusion.structures import STRUCTURE_PATTERN, Grid, parse_structure
+from benchmark_illusion import variants as variant_defs
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -33,10 +34,23 @@ check_config(config)
 # is used as a module of another one (workflow.basedir is then the calling workflow's folder).
 WORKFLOW_DIR = Path(str(workflow.current_basedir)).parent
 
+
+def one_of(names):
+    """A wildcard regex matching exactly these names (never matching when there are none)."""
+    return "|".join(map(re.escape, names)) or "(?!)"
+
+
 MODELS = sorted(config["models"])
 HUB_MODELS = sorted(m for m in MODELS if config["models"][m]["source"] == "hub")
 FILE_MODELS = sorted(m for m in MODELS if m not in HUB_MODELS)
 DATASETS = sorted(config["datasets"])
+# Compressed variants made elsewhere (models.<model>.variants.<name>; benchmark_illusion.variants):
+# evaluated as the checkpoint {model}/{name}/variant/{its sparsity key}.
+VARIANTS = variant_defs.variants(config)  # (model, name, variant config)
+VARIANT_NAMES = sorted({v for _, v, _ in VARIANTS})
+VARIANT_KEYS = {(m, v) for m, v, _ in VARIANTS}
+VARIANT_STRUCTURE = variant_defs.STRUCTURE
+HUB_VARIANTS = sorted((m, v) for m, v, spec in VARIANTS if spec["source"] == "hub")
 
 
 # Checkpoint wildcards, one place for the rules: {method}/{structure} of a pruned or a quantized
@@ -45,16 +59,15 @@ PRUNE_METHODS = "magnitude|wanda|sparsegpt"
 PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
 QUANT_METHODS = "rtn|gptq"
 QUANT_STRUCTURES = STRUCTURE_PATTERN
-# A perturbed twin of a pruned or quantized checkpoint: noise<seed>-<source method>, with the
+VARIANT_METHODS = one_of(VARIANT_NAMES)
+# A perturbed twin of a pruned or quantized checkpoint or a variant: noise<seed>-<source method>, with the
 # source's structure and sparsity (benchmark_illusion.perturbation). No other method starts with
-# a letter run followed by digits and '-', so the patterns stay disjoint.
-PERTURBED_METHODS = f"noise(?:0|[1-9][0-9]*)-(?:{PRUNE_METHODS}|{QUANT_METHODS})"
+# a letter run followed by digits and '-' (a variant's name may not: config check), so the
+# patterns stay disjoint.
+PERTURBED_METHODS = (
+    f"noise(?:0|[1-9][0-9]*)-(?:{PRUNE_METHODS}|{QUANT_METHODS}|{VARIANT_METHODS})"
+)
 PERTURBATION_SEEDS = config["controls"]["perturbation"]["seeds"]
-
-
-def one_of(names):
-    """A wildcard regex matching exactly these names (never matching when there are none)."""
-    return "|".join(map(re.escape, names)) or "(?!)"
 
 
 def dataset_langs():
@@ -95,13 +108,24 @@ def get_eval_config(wildcards):
     return rule_params.evaluation(config)
 
 
+def checkpoint_folder(model, method, structure, sparsity):
+    """Where checkpoint {model}/{method}/{structure}/{sparsity} lives: the imported model for
+    method dense, a variant's import for a variant, else the folder its rule writes (prune,
+    quantize, or perturb for a twin noise<seed>-<source>)."""
+    if method == "dense":
+        return f"resources/models/{model}"
+    if (
+        model,
+        method,
+    ) in VARIANT_KEYS:  # not its twins (noise<seed>-<name>, the same structure)
+        return f"resources/variants/{model}/{method}"
+    return f"results/checkpoints/{model}/{method}/{structure}/{sparsity}"
+
+
 def get_checkpoint(wildcards):
-    """The weights `evaluate` loads: the imported model for method dense, else the checkpoint
-    folder of {method} (pruned, quantized, or a perturbed twin noise<seed>-<source>: rule
-    `perturb`)."""
-    if wildcards.method == "dense":
-        return f"resources/models/{wildcards.model}"
-    return f"results/checkpoints/{wildcards.model}/{wildcards.method}/{wildcards.structure}/{wildcards.sparsity}"
+    """The weights `evaluate` loads (checkpoint_folder)."""
+    w = wildcards
+    return checkpoint_folder(w.model, w.method, w.structure, w.sparsity)
 
 
 def dense_generation_files():
@@ -143,26 +167,47 @@ def quantization_targets():
     ]
 
 
+def variant_targets(model):
+    """(variant name, 'variant', sparsity str) of every variant of {model}."""
+    return [
+        (v, VARIANT_STRUCTURE, variant_defs.sparsity_key(spec))
+        for m, v, spec in VARIANTS
+        if m == model
+    ]
+
+
+def compressed_targets(model):
+    """(method, structure path, sparsity str) of every compressed checkpoint of {model}: the
+    pipeline's pruned and quantized ones and the model's variants."""
+    return pruning_targets() + quantization_targets() + variant_targets(model)
+
+
 def compressed_generation_files():
-    """Evaluation logs of every pruned and quantized checkpoint on the selected items."""
+    """Evaluation logs of every pruned and quantized checkpoint and every variant on the
+    selected items."""
     return [
         f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
         for m in MODELS
-        for meth, st, s in pruning_targets() + quantization_targets()
+        for meth, st, s in compressed_targets(m)
         for d, l in dataset_langs()
     ]
 
 
-def perturbation_targets():
-    """(method, structure path, sparsity str) of every perturbed twin: one per pruned or
-    quantized checkpoint and seed of controls.perturbation.seeds (none when it is empty).
-    """
+def variant_folders():
+    """The variants' imports (their variant.json feeds the `variants` table)."""
+    return [f"resources/variants/{m}/{v}" for m, v, _ in VARIANTS]
+
+
+def perturbation_targets(model):
+    """(method, structure path, sparsity str) of every perturbed twin of {model}: one per
+    compressed checkpoint (variants included) and seed of controls.perturbation.seeds (none
+    when it is empty)."""
     from benchmark_illusion.perturbation import perturbed_method
 
     return [
         (perturbed_method(seed, meth), st, s)
         for seed in PERTURBATION_SEEDS
-        for meth, st, s in pruning_targets() + quantization_targets()
+        for meth, st, s in compressed_targets(model)
     ]
 
 
@@ -171,7 +216,7 @@ def perturbed_checkpoints():
     return [
         f"results/checkpoints/{m}/{meth}/{st}/{s}"
         for m in MODELS
-        for meth, st, s in perturbation_targets()
+        for meth, st, s in perturbation_targets(m)
     ]
 
 
@@ -180,7 +225,7 @@ def perturbed_generation_files():
     return [
         f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
         for m in MODELS
-        for meth, st, s in perturbation_targets()
+        for meth, st, s in perturbation_targets(m)
         for d, l in dataset_langs()
     ]
 
@@ -190,7 +235,8 @@ def get_perturbation_source(wildcards):
     from benchmark_illusion.perturbation import parse_perturbed
 
     _, source = parse_perturbed(wildcards.method)
-    return f"results/checkpoints/{wildcards.model}/{source}/{wildcards.structure}/{wildcards.sparsity}"
+    w = wildcards
+    return checkpoint_folder(w.model, source, w.structure, w.sparsity)
 
 
 def get_perturb_params(wildcards):
@@ -264,11 +310,33 @@ def selected_files():
 
 
 def prefetch_files():
-    """What the downloads write: every hub model's files (in the hub cache; the record here) and
-    every dataset language (the `prefetch` target)."""
-    return [f"resources/hub/{m}.json" for m in HUB_MODELS] + [
-        f"resources/datasets/{d}/{l}.parquet" for d, l in dataset_langs()
-    ]
+    """What the downloads write: every hub model's and hub variant's files (in the hub cache;
+    the record here) and every dataset language (the `prefetch` target)."""
+    return (
+        [f"resources/hub/{m}.json" for m in HUB_MODELS]
+        + [f"resources/hub/{m}/{v}.json" for m, v in HUB_VARIANTS]
+        + [f"resources/datasets/{d}/{l}.parquet" for d, l in dataset_langs()]
+    )
+
+
+def get_variant_inputs(wildcards):
+    """What a variant's import reads: the base model's import (its tokenizer, to compare) and,
+    for a hub variant, the record of its download."""
+    inputs = {"base": f"resources/models/{wildcards.model}"}
+    if (wildcards.model, wildcards.variant) in HUB_VARIANTS:
+        inputs["fetched"] = f"resources/hub/{wildcards.model}/{wildcards.variant}.json"
+    return inputs
+
+
+def get_variant_params(wildcards):
+    """What decides a variant's import (rule_params.variant)."""
+    return rule_params.variant(config, wildcards.model, wildcards.variant)
+
+
+def get_variant_source(wildcards):
+    """The source keys a hub variant is downloaded from (variants.source_config)."""
+    base = config["models"][wildcards.model]
+    return variant_defs.source_config(base, base["variants"][wildcards.variant])
 
 
 def sql_files():
@@ -320,6 +388,61 @@ def sized(kind, key):
     return resource
 
 
+@functools.lru_cache(maxsize=None)
+def model_shape(model):
+    """(layers, hidden, kv_dim, intermediate, vocab; where from) of {model}, for GPU memory."""
+    from benchmark_illusion.cluster import model_shape as shape_of
+
+    return shape_of(model, config["models"][model], Path("."))
+
+
+def gpu_memory(kind, wildcards, attempt):
+    """GPU memory in MB of a `kind` job of {model} (cluster.gpu_memory_mb); 0 on the CPU."""
+    from benchmark_illusion.cluster import gpu_memory_mb
+
+    if config["evaluation"]["device"] == "cpu":
+        return 0
+    model = config["models"][wildcards.model]
+    # evaluation runs in evaluation.dtype; pruning, quantization and concepts in the model's
+    dtype = (
+        config["evaluation"]["dtype"]
+        if kind == "evaluate"
+        else model.get("dtype", "float32")
+    )
+    return gpu_memory_mb(
+        kind,
+        model_params(wildcards.model)[0],
+        dtype,
+        model_shape(wildcards.model)[0],
+        config["evaluation"],
+        config["calibration"],
+        attempt,
+    )
+
+
+def gpu_sized(kind):
+    """Resources of a GPU job of `kind`: gpu_mem_mb (its estimated GPU memory, which caps how
+    many run together with `--resources gpu_mem_mb=<MB>` on one machine), and the SLURM request
+    that config `gpu_memory_request` asks for (gres, constraint or gpu_model; none when unset).
+    Unpacked into the rule's resources (**gpu_sized(...))."""
+    from benchmark_illusion.cluster import gpu_request
+
+    spec = config.get("gpu_memory_request")
+
+    def mem(wildcards, attempt):
+        return gpu_memory(kind, wildcards, attempt)
+
+    resources = {"gpu_mem_mb": mem}
+    if spec:
+        key = spec.split(":", 1)[0]
+
+        def request(wildcards, attempt):
+            return gpu_request(spec, gpu_memory(kind, wildcards, attempt)).get(key, "")
+
+        resources[key] = request
+    return resources
+
+
 def threads_of(rule):
     """A threads function for the model jobs of `rule` (cluster.job_threads): on a CPU one
     thread per job for the steps whose results barely depend on the thread count (they run
@@ -340,12 +463,9 @@ def aggregate_sized(key):
     from benchmark_illusion.cluster import aggregate_resources
 
     n = (
-        len(MODELS)
-        * (
-            1
-            + len(pruning_targets())
-            + len(quantization_targets())
-            + len(perturbation_targets())
+        sum(
+            1 + len(compressed_targets(m)) + len(perturbation_targets(m))
+            for m in MODELS
         )
         * len(dataset_langs())
         * config["items"]["max_per_language"]

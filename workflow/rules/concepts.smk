@@ -15,6 +15,7 @@ rule sae:
     priority: 20
     threads: threads_of("sae")  # 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("sae"),
         mem_mb=sized("sae", "mem_mb"),
         runtime=sized("sae", "runtime"),
     params:
@@ -35,6 +36,7 @@ rule concept_labels:
         "logs/benchmarks/concept_labels/{model}.tsv"
     threads: threads_of("concept_labels")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("concepts"),
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),
     params:
@@ -57,6 +59,7 @@ rule concept_activations:
         "logs/benchmarks/concept_activations/{model}/{dataset}/{lang}.tsv"
     threads: threads_of("concept_activations")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("concepts"),
         mem_mb=sized("concepts", "mem_mb"),
         runtime=sized("concepts", "runtime"),
     params:

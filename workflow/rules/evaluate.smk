@@ -11,6 +11,7 @@ rule evaluate_pool:
     priority: 30  # gates the item selection, hence every evaluate job: see docs/cluster.md
     threads: threads_of("evaluate_pool")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("evaluate"),
         mem_mb=sized("evaluate", "mem_mb"),
         runtime=sized("evaluate", "runtime"),
     params:

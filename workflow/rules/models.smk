@@ -9,6 +9,7 @@
 # hub). The compute jobs read what they wrote. `snakemake prefetch` runs the downloads alone.
 localrules:
     fetch_hub_model,
+    fetch_hub_variant,
     download_dataset,
     calibration_data,
     prefetch,
@@ -23,6 +24,19 @@ rule fetch_hub_model:
         model=one_of(HUB_MODELS),
     params:
         model=get_model_config,
+    script:
+        "../scripts/fetch_hub_model.py"
+
+
+rule fetch_hub_variant:
+    output:
+        "resources/hub/{model}/{variant}.json",
+    log:
+        "logs/fetch_hub_model/{model}/{variant}.log",
+    wildcard_constraints:
+        variant=VARIANT_METHODS,
+    params:
+        model=get_variant_source,
     script:
         "../scripts/fetch_hub_model.py"
 
@@ -68,3 +82,25 @@ rule import_hub_model:
         model=get_model_config,
     script:
         "../scripts/import_model.py"
+
+
+# A compressed variant made elsewhere (models.<model>.variants.<name>): imported like a model,
+# measured (variant.json), and its tokenizer compared with the base model's import.
+rule import_variant:
+    input:
+        unpack(get_variant_inputs),
+    output:
+        directory("resources/variants/{model}/{variant}"),
+    log:
+        "logs/import_variant/{model}/{variant}.log",
+    benchmark:
+        "logs/benchmarks/import_variant/{model}/{variant}.tsv"
+    wildcard_constraints:
+        variant=VARIANT_METHODS,
+    resources:
+        mem_mb=sized("import", "mem_mb"),
+        runtime=sized("import", "runtime"),
+    params:
+        variant=get_variant_params,
+    script:
+        "../scripts/import_variant.py"

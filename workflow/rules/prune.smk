@@ -33,6 +33,7 @@ rule prune:
     priority: 20  # a checkpoint first, its evaluations after: see docs/cluster.md
     threads: threads_of("prune")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("prune"),
         mem_mb=sized("prune", "mem_mb"),
         runtime=sized("prune", "runtime"),
     params:
@@ -60,6 +61,7 @@ rule quantize:
     priority: 20
     threads: threads_of("quantize")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("prune"),
         mem_mb=sized("prune", "mem_mb"),  # the same block-by-block pass as pruning
         runtime=sized("prune", "runtime"),
     params:
@@ -82,11 +84,13 @@ rule evaluate:
     wildcard_constraints:
         # the dense model too (dense/none/0): the same rule, batch size, dtype and device as a
         # pruned checkpoint, so that its MC-only rate and drops are the noise floor; the
-        # perturbed twins too, whose rates are the perturbation floor
-        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}",
-        structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}",
+        # perturbed twins too, whose rates are the perturbation floor; and the variants made
+        # elsewhere, on their base model's selected items
+        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}",
+        structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}|{VARIANT_STRUCTURE}",
     threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): common.smk
     resources:
+        **gpu_sized("evaluate"),
         mem_mb=sized("evaluate", "mem_mb"),
         runtime=sized("evaluate", "runtime"),
     params:

@@ -10,5 +10,6 @@ aggregate.build_database(
     settings=aggregate.MetricSettings(**snakemake.params.metrics),
     item_reports=list(snakemake.input.item_reports),
     perturbation_reports=list(snakemake.input.perturbations),
+    variant_reports=list(snakemake.input.variants),
     model_sources=snakemake.params.model_sources,
 )

@@ -1,6 +1,7 @@
 -- checkpoints: one row per evaluated checkpoint, what it is and how many bits a weight of its
 -- compressed Linear layers takes when stored. Definitions: docs/metrics.md.
---   family        'dense', 'pruning' or 'quantization'
+--   family        'dense', 'pruning', 'quantization', 'variant' (made elsewhere: models.*.variants)
+--                 or 'perturbation'
 --   bits          bits per weight of a quantized checkpoint (its grid: structure int<bits>-...);
 --                 NULL when not quantized. Every metric table gets this column after `sparsity`.
 --   group_size    input columns per grid (NULL: per channel, or not quantized)
@@ -20,6 +21,10 @@
 --   family 'perturbation': a perturbed twin (method noise<seed>-<source method>, the source's
 --                 structure and sparsity; rule `perturb`): dense weights plus noise, so no bits,
 --                 group size or grid, and 16 bits per weight
+--   family 'variant': a compressed variant made elsewhere (method = its name, structure
+--                 'variant'; the `variants` table): bits, group_size and weight_bits as measured
+--                 on its weights or read from its GGUF file, never as claimed in the config;
+--                 variant_method the config's free text, measured_sparsity the share of zeros
 --   seed, source_method  a twin's seed and the method of the checkpoint it copies (NULL otherwise)
 --   relative_change  sqrt(sum ||W' - W||_F^2 / sum ||W||_F^2) over the Linears the compression
 --                 changed, W the dense weights: a twin's measured change, and for a compressed
@@ -33,24 +38,28 @@ WITH keys AS (
     FROM generations
 ),
 parsed AS (
-    SELECT *,
+    SELECT k.*,
            CASE WHEN method = 'dense' THEN 'dense'
                 WHEN source_method IS NOT NULL THEN 'perturbation'
+                WHEN structure = 'variant' THEN 'variant'
                 WHEN regexp_matches(structure, '^int[0-9]+-') THEN 'quantization'
                 ELSE 'pruning' END AS family,
-           CASE WHEN source_method IS NULL THEN
-               nullif(regexp_extract(structure, '^int([0-9]+)-', 1), '')::INTEGER END       AS bits,
-           CASE WHEN source_method IS NULL THEN
-               nullif(regexp_extract(structure, '^int[0-9]+-g([0-9]+)', 1), '')::INTEGER END AS group_size,
-           nullif(regexp_extract(structure, '^[0-9]+:([0-9]+)$', 1), '')::INTEGER    AS nm_m
-    FROM keys
+           CASE WHEN source_method IS NULL THEN coalesce(v.bits,
+               nullif(regexp_extract(structure, '^int([0-9]+)-', 1), '')::INTEGER) END      AS bits,
+           CASE WHEN source_method IS NULL THEN coalesce(v.group_size,
+               nullif(regexp_extract(structure, '^int[0-9]+-g([0-9]+)', 1), '')::INTEGER) END AS group_size,
+           nullif(regexp_extract(structure, '^[0-9]+:([0-9]+)$', 1), '')::INTEGER    AS nm_m,
+           v.weight_bits AS variant_weight_bits, v.variant_method, v.measured_sparsity
+    FROM keys k
+    LEFT JOIN variants v USING (model, method, structure, sparsity)
 ),
 sized AS (
-    SELECT p.* EXCLUDE (nm_m),
+    SELECT p.* EXCLUDE (nm_m, variant_weight_bits),
            CASE WHEN family = 'quantization' THEN structure LIKE '%-sym' END AS symmetric_grid,
            CASE family
                WHEN 'dense' THEN coalesce(ms.bits_per_weight, 16.0)
                WHEN 'perturbation' THEN 16.0
+               WHEN 'variant' THEN variant_weight_bits
                WHEN 'quantization' THEN bits + coalesce(
                    (16 + CASE WHEN structure LIKE '%-sym' THEN 0 ELSE bits END) / group_size, 0)
                ELSE CASE WHEN nm_m IS NULL THEN 16 * (1 - sparsity) + 1
@@ -62,7 +71,8 @@ sized AS (
 SELECT s.model, s.method, s.structure, s.sparsity, s.family, s.bits, s.group_size,
        s.symmetric_grid, s.weight_bits, round(16 / s.weight_bits, 4) AS compression,
        s.seed, s.source_method, coalesce(t.relative_change, src.relative_change) AS relative_change,
-       ms.weight_type AS source_weight_type, ms.bits_per_weight AS source_bits_per_weight
+       ms.weight_type AS source_weight_type, ms.bits_per_weight AS source_bits_per_weight,
+       s.variant_method, s.measured_sparsity
 FROM sized s
 LEFT JOIN model_sources ms USING (model)
 LEFT JOIN perturbations t USING (model, method, structure, sparsity)
