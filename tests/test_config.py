@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark_illusion.config import SCHEMA_PATH, ConfigError, load_config, validate_config
+from benchmark_illusion.config import (
+    SCHEMA_PATH,
+    ConfigError,
+    load_config,
+    schema_errors,
+    validate_config,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -552,6 +558,19 @@ def test_shipped_config_validates():
     assert cfg["datasets"]["sample"]["split"] == "validation"  # default filled in
 
 
+def test_the_variants_overlay_adds_variants_to_the_default_model():
+    """config/variants.yaml on top of config/config.yaml (Snakemake merges --configfile files
+    key by key): the default model with three variants, valid by the schema (its files are made
+    by a default run and tests/gguf_variants.py, so the file checks are left out here)."""
+    from snakemake.utils import update_config
+
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(cfg, yaml.safe_load((ROOT / "config" / "variants.yaml").read_text()))
+    assert cfg["models"]["smollm2-135m"]["source"] == "gguf_package"
+    assert set(cfg["models"]["smollm2-135m"]["variants"]) == {"q8_0", "q4_0", "mag30"}
+    assert schema_errors(cfg) == []
+
+
 def test_minimal_config_gets_schema_defaults():
     cfg = minimal()
     before = copy.deepcopy(cfg)
@@ -696,8 +715,13 @@ def test_readme_examples_validate():
     text = (ROOT / "config" / "README.md").read_text()
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)]
     configs = [b for b in blocks if isinstance(b, dict) and "models" in b]
-    assert len(configs) == 2
-    default, paper = configs
+    assert len(configs) == 3
+    variants, default, paper = configs
+    # the variants example names files of the reader's own: valid by the schema
+    assert [m.get("variants") for m in variants["models"].values()] != [None]
+    merged = copy.deepcopy(default)
+    merged["models"] = variants["models"]
+    assert schema_errors(merged) == []
     assert default == yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     assert paper == yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     full = validate_config(paper)

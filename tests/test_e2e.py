@@ -16,8 +16,11 @@ import csv
 import io
 import json
 import math
+import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -25,6 +28,7 @@ import polars as pl
 import pytest
 import yaml
 
+from benchmark_illusion import dbfile
 from benchmark_illusion.evaluate import LOG_SCHEMA
 from dag import planned_jobs
 from slurm.helpers import squeue_history
@@ -715,7 +719,6 @@ AND orc.decode = 'oracle'
 def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
     """evaluation.dtype bfloat16: the dense model evaluated twice (pool, then the selected items in
     other batches) may disagree with itself; the floor is reported, whatever its value."""
-    import shutil
 
     work, cfg = smoke_run
     bf = tmp_path / "bf16"
@@ -1196,12 +1199,33 @@ def same_tables(a: dict[str, list], b: dict[str, list], rtol: float = 1e-9) -> l
     ]
 
 
+def link_copy(work: Path, copy: Path) -> None:
+    """The smoke run's folder for a test that runs Snakemake again: results/ and resources/ as
+    hard links (a job replaces an output with a new file, never writes into the old one), the
+    rest (Snakemake's metadata, the logs, which are rewritten in place) as real copies, so that
+    nothing the test runs changes the smoke run's own files."""
+
+    copy.mkdir(parents=True)
+    for entry in work.iterdir():
+        if entry.name.endswith(".lock"):
+            continue
+        target = copy / entry.name
+        if entry.is_dir():
+            linked = entry.name in ("results", "resources")
+            shutil.copytree(
+                entry,
+                target,
+                copy_function=os.link if linked else shutil.copy2,
+                ignore=shutil.ignore_patterns("*.lock*", "locks"),
+            )
+        else:
+            shutil.copy2(entry, target)
+
+
 def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, tmp_path):
     """Imported by another workflow (`module` + `use rule * from`): it plans the same jobs as
     the workflow run directly (its SQL definitions found from its own folder, not the caller's),
     finds nothing to do on the smoke run's files, and its aggregation writes the same tables."""
-    import os
-    import shutil
 
     work, cfg = smoke_run
     outer = tmp_path / "outer"
@@ -1227,7 +1251,7 @@ def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, 
     # the smoke run's files (hard links; replaced outputs get new files): nothing to do, then
     # the aggregation again through the module, to the same tables
     copy = tmp_path / "run"
-    shutil.copytree(work, copy, copy_function=os.link, ignore=shutil.ignore_patterns("*.lock*"))
+    link_copy(work, copy)
     res = subprocess.run(outer_cmd + ["-n", "-d", str(copy)], capture_output=True, text=True)
     assert "Nothing to be done" in res.stdout + res.stderr, (res.stdout + res.stderr)[-3000:]
     res = subprocess.run(
@@ -1249,14 +1273,12 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     evaluations run; they appear in every table beside the pipeline's checkpoints, their sizes
     measured; the local variant's rows are the pipeline checkpoint's, bit for bit. A variant
     with another tokenizer stops the run before any job, and twins are planned for variants."""
-    import os
-    import shutil
 
     from gguf_variants import bundled_gguf, write_variant
 
     work, cfg = smoke_run
     copy = tmp_path / "run"
-    shutil.copytree(work, copy, copy_function=os.link, ignore=shutil.ignore_patterns("*.lock*"))
+    link_copy(work, copy)
     q4 = write_variant(bundled_gguf(), tmp_path / "SmolLM2-135M-Instruct.Q4_0.gguf", "Q4_0")
     pruned = "results/checkpoints/smollm2-135m/magnitude/unstructured/0.3"
     edited = yaml.safe_load(cfg.read_text())
@@ -1356,6 +1378,86 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     assert res.returncode != 0
     assert "models.smollm2-135m.variants.other: its tokenizer differs" in res.stdout + res.stderr
     assert "Select jobs to execute" not in res.stdout + res.stderr
+
+
+HOLD_RW = """
+import duckdb, sys, time
+from pathlib import Path
+con = duckdb.connect(sys.argv[1])
+con.execute("CREATE TABLE my_notes AS SELECT 1 AS x")
+Path(sys.argv[2]).write_text("ready")
+while not Path(sys.argv[3]).exists():
+    time.sleep(0.05)
+"""
+
+
+def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tmp_path):
+    """On the smoke run's files (hard links) with concepts off, so that `aggregate` writes
+    results/illusion.duckdb itself: a notebook holding the database read-write stops the
+    aggregation before any work, naming the process; a truncated Parquet log stops it naming the
+    file and the command that writes it again; after both, `summary` still reads the last good
+    database and says that the last aggregation failed."""
+
+    work, cfg = smoke_run
+    copy = tmp_path / "run"
+    link_copy(work, copy)
+    edited = yaml.safe_load(cfg.read_text())
+    edited["concepts"] = {"enabled": False}
+    path = tmp_path / "no-concepts.yaml"
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    db = copy / "results/illusion.duckdb"
+    good = copy / "results/illusion.last-good.duckdb"
+    assert good.stat().st_ino == db.stat().st_ino  # published with its last good copy
+    # the notebook below writes into the file: a copy of its own, not the smoke run's
+    shutil.copyfile(db, tmp_path / "db")
+    os.replace(tmp_path / "db", db)
+    dbfile.keep_last_good(db)
+    assert (
+        good.stat().st_ino == db.stat().st_ino != (work / "results/illusion.duckdb").stat().st_ino
+    )
+
+    def summary() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "benchmark_illusion", "summary"],
+            cwd=copy,
+            capture_output=True,
+            text=True,
+        )
+
+    ready, done = tmp_path / "ready", tmp_path / "done"
+    notebook = subprocess.Popen([sys.executable, "-c", HOLD_RW, str(db), str(ready), str(done)])
+    try:
+        while not ready.exists():
+            assert notebook.poll() is None
+            time.sleep(0.05)
+        res = snakemake(copy, path, "--forcerun", "aggregate", "--until", "aggregate")
+        out = res.stdout + res.stderr + (copy / "logs/aggregate.log").read_text()
+        assert res.returncode != 0
+        assert "is open read-write in" in out and f"(PID {notebook.pid})" in out, out[-3000:]
+        assert "read_only=True" in out
+    finally:
+        done.write_text("done")
+        notebook.wait(timeout=60)
+    first = summary()
+    assert first.returncode == 0 and "magnitude" in first.stdout, first.stderr
+    assert "Traceback" not in first.stderr and "is open read-write in" in first.stderr
+
+    # a truncated evaluation log: a new file (the smoke run's own stays as it was)
+    log = copy / "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
+    damaged = log.with_name(".damaged")
+    damaged.write_bytes(log.read_bytes()[:-100])
+    os.replace(damaged, log)
+    res = snakemake(copy, path, "--forcerun", "aggregate", "--until", "aggregate")
+    out = res.stdout + res.stderr + (copy / "logs/aggregate.log").read_text()
+    assert res.returncode != 0
+    rel = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
+    assert f"damaged Parquet log {rel}: " in out, out[-3000:]
+    assert f"(rule evaluate) with `snakemake --forcerun {rel}`" in out
+    assert not db.exists() and good.is_file()  # Snakemake removed the failed job's output
+    after = summary()
+    assert after.returncode == 0 and after.stdout == first.stdout
+    assert f"note: {db} is missing" in after.stderr and "damaged Parquet log" in after.stderr
+    assert "(see logs/aggregate.log)" in after.stderr and "Traceback" not in after.stderr
 
 
 def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
@@ -1466,7 +1568,6 @@ def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(sm
 
 def session_processes(sid: int) -> list[tuple[int, str]]:
     """(pid, command line) of every process in session `sid`."""
-    import os
 
     out = []
     for d in Path("/proc").iterdir():
@@ -1487,7 +1588,6 @@ def start_and_kill_mid_evaluation(
 ) -> None:
     """Re-run the evaluate job of `target` and SIGKILL it once its model is loaded: only the job's
     process (whole_run=False: a job killed on its node), or Snakemake with it (a killed session)."""
-    import os
     import signal
     import time
 

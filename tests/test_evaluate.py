@@ -487,12 +487,12 @@ def test_candidates_prompt_lists_every_option_in_its_style(bundled_tokenizer, st
 BF16_LL_TOLERANCE = 1.0  # nats: bfloat16 keeps ~3 significant digits of each activation
 
 
-def test_bfloat16_on_cpu_batch_1_and_8_agree_within_a_stated_tolerance(bundled_model_dir):
-    """The real model in bfloat16 on the CPU, 8 sample items evaluated one at a time and in one
-    batch: option log-likelihoods agree within BF16_LL_TOLERANCE; the decisions that differ
-    (MC pick, greedy answer, gold rank) are counted and printed, not hidden (on this machine:
-    0 MC picks, 1 greedy answer and 2 gold ranks of 8, option log-likelihoods by up to 0.35).
-    In float32 batching changes no decision (test_batching_does_not_change_results)."""
+def test_bfloat16_on_cpu_batch_1_and_6_agree_within_a_stated_tolerance(bundled_model_dir):
+    """The real model in bfloat16 on the CPU, 6 sample items evaluated one at a time and in one
+    batch, greedy answers of up to 12 tokens (bfloat16 matrix products are slow on a CPU):
+    option log-likelihoods agree within BF16_LL_TOLERANCE; the decisions that differ (MC pick,
+    greedy answer, gold rank) are counted and printed, not hidden. In float32 batching changes
+    no decision (test_batching_does_not_change_results)."""
     from benchmark_illusion.data import load_raw
     from benchmark_illusion.items import build_items, validate_rows
     from benchmark_illusion.models import load_checkpoint
@@ -505,16 +505,21 @@ def test_bfloat16_on_cpu_batch_1_and_8_agree_within_a_stated_tolerance(bundled_m
         {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json")}, "en"
     )
     built, _ = build_items(validate_rows(raw, extractive=True)[0], seed=1)
-    sample = built.head(8)
+    sample = built.head(6)
     logs = {}
-    for batch in (1, 8):
-        s = EvalSettings(formats=("open", "mc"), batch_size=batch, recovery=RecoverySettings.only())
+    for batch in (1, 6):
+        s = EvalSettings(
+            formats=("open", "mc"),
+            batch_size=batch,
+            max_new_tokens=12,
+            recovery=RecoverySettings.only(),
+        )
         logs[batch] = evaluate_items(model, tok, sample, s, RunMeta("bf16"), progress=False)
         logs[batch] = logs[batch].sort(["item_id", "format"])
-    one, eight = logs[1], logs[8]
+    one, eight = logs[1], logs[6]
     mc1, mc8 = (x.filter(pl.col("format") == "mc") for x in (one, eight))
     op1, op8 = (x.filter(pl.col("format") == "open") for x in (one, eight))
-    assert mc1["item_id"].to_list() == mc8["item_id"].to_list() and mc1.height == 8
+    assert mc1["item_id"].to_list() == mc8["item_id"].to_list() and mc1.height == 6
     worst = max(
         abs(a - b)
         for u, v in zip(mc1["option_ll"], mc8["option_ll"], strict=True)
@@ -526,7 +531,7 @@ def test_bfloat16_on_cpu_batch_1_and_8_agree_within_a_stated_tolerance(bundled_m
         greedy_answer=int((op1["output"] != op8["output"]).sum()),
         gold_rank=int((op1["gold_rank"] != op8["gold_rank"]).fill_null(False).sum()),
     )
-    print(f"bfloat16, batch 1 vs 8, 8 items: max |d option_ll| {worst:.3f}; differ: {counts}")
+    print(f"bfloat16, batch 1 vs 6, 6 items: max |d option_ll| {worst:.3f}; differ: {counts}")
 
 
 def test_acc_norm_is_per_character_and_acc_bytes_per_byte():

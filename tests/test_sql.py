@@ -1088,7 +1088,10 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
         ).fetchall()
         if {"model", "method", "structure", "sparsity"}
         <= {r[0] for r in con.execute(f'DESCRIBE "{name}"').fetchall()}
+        and name != "variants"  # it has its bits (measured) right after sparsity already
     ]
+    cols = [r[0] for r in con.execute('DESCRIBE "variants"').fetchall()]
+    assert cols[cols.index("sparsity") + 1] == "bits"
     before = {t: con.execute(f'SELECT * FROM "{t}"').fetchall() for t in keyed}
     changed = add_bits_columns(con)
     assert sorted(changed) == sorted(keyed) and "mc_only" in changed and "item_outcomes" in changed

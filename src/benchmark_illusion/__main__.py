@@ -65,12 +65,23 @@ CONCEPT_SQL = {
 
 
 def _open(db: str):
-    """Connect read-only, from the project root, where the views' relative Parquet paths resolve."""
-    # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
-    from .aggregate import connect
+    """Connect read-only, from the project root, where the views' relative Parquet paths resolve.
 
-    path = Path(db).resolve()
-    con = connect(path)
+    Reads the last good copy when the database is gone (a failed or running aggregation) and
+    says so on stderr, like a failure of the last build; DuckDB's errors (a writer holding the
+    file, a stale write-ahead log, a damaged file) become dbfile.DatabaseError, one line."""
+    # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
+    import duckdb
+
+    from . import dbfile
+
+    path, notes = dbfile.for_reading(Path(db).resolve())
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as e:
+        raise dbfile.DatabaseError(dbfile.explain(e, path)) from None
     root = path.parent.parent if path.parent.name == "results" else path.parent
     os.chdir(root)
     return con
@@ -337,9 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "estimate":
         return _estimate_command(args)
 
+    from .dbfile import DatabaseError
+
     try:
         con = _open(args.db)
-    except FileNotFoundError as e:
+    except DatabaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     import duckdb  # lazy: the judge command above stays light (tests/test_judge.py)
@@ -394,7 +407,11 @@ def main(argv: list[str] | None = None) -> int:
                 )
             _print(con.sql(sql), args.csv, 10_000)
     except duckdb.Error as e:
-        print(f"error: {e}", file=sys.stderr)
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if isinstance(e, duckdb.IOException) and ".parquet" in str(e):
+            # a view's log file is gone or damaged
+            first += " (a Parquet log of the views; rebuild it with `snakemake --forcerun <file>`)"
+        print(f"error: {first}", file=sys.stderr)
         if isinstance(e, duckdb.CatalogException) and "report_" in str(e):
             print(f"  ({_missing_view_hint(con, args.cmd)})", file=sys.stderr)
         return 2

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from . import bootstrap, perturbation, variants
-from .io import atomic_path, parquet_list
+from . import bootstrap, dbfile, perturbation, variants
+from .io import parquet_list
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -276,9 +276,16 @@ def build_database(
     perturbation_reports: list[str] | None = None,
     model_sources: dict | None = None,
     variant_reports: list[str] | None = None,
+    log_path: str = "logs/aggregate.log",
 ) -> None:
-    """Write the database atomically: an interrupted run leaves the previous file intact."""
-    with atomic_path(db_path, ".duckdb") as tmp:
+    """Write the database atomically: an interrupted run leaves the previous file intact.
+
+    Before any work: no other process may hold the database read-write, and every Parquet log
+    must be readable (dbfile.check_free, dbfile.check_parquet: one-line errors naming the
+    holder or the file). The new file replaces the old by one rename, with its last good copy
+    and without a stale write-ahead log beside it (dbfile.replace_database)."""
+    logs = [*generations, *selected, *pool]
+    with dbfile.replace_database(db_path, log_path, lambda: dbfile.check_parquet(logs)) as tmp:
         con = duckdb.connect(str(tmp))
         try:
             create_views(

@@ -21,9 +21,10 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from . import dbfile
 from .aggregate import add_bits_columns, run_sql, split_report_files
 from .bootstrap import draw_counts, row_quantiles
-from .io import atomic_path, parquet_list
+from .io import parquet_list
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -681,13 +682,15 @@ def build_gaps_database(
     sql_files: list[str],
     settings: GapSettings,
     sae_fits: dict[str, str] | None = None,
+    log_path: str = "logs/competency_gaps.log",
 ) -> None:
-    """Copy the metric database, add the concept tables, write out_db atomically.
+    """Copy the metric database, add the concept tables, write out_db atomically (stopping
+    first when another process holds out_db read-write: dbfile.replace_database).
 
     sae_fits: model -> its SAE's fit.json (table concept_sae).
     """
     settings.check()
-    with atomic_path(out_db, ".duckdb") as tmp:
+    with dbfile.replace_database(out_db, log_path) as tmp:
         shutil.copyfile(stage_db, tmp)
         con = duckdb.connect(str(tmp))
         con.execute("SET enable_progress_bar = false")

@@ -15,6 +15,7 @@ of GGUF de-quantisation.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from .io import atomic_path, sha256_file, stable_hash, write_json
 from .sources import ModelSourceError, gguf_package_dir, resolve_gguf  # noqa: F401 (re-exported)
+
+log = logging.getLogger("benchmark_illusion")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -52,6 +55,49 @@ def _plain_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     fresh.load_state_dict(model.state_dict(), assign=True, strict=True)
     fresh.tie_weights()
     return fresh.to(dtype)
+
+
+def _decompress_kwargs(load_from, ref, trust: bool, kwargs: dict) -> dict:
+    """from_pretrained arguments that load a compressed-tensors checkpoint (llm-compressor's
+    format) as plain float Linear weights: `dequantize=True` decompresses them at load, where the
+    default leaves them packed (`weight_packed`, no `weight`) until the first forward. Its sparse
+    formats (sparse-bitmask, sparse-24-bitmask) are refused: compressed-tensors >= 0.15, the
+    releases transformers 5 accepts, no longer reads them."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(load_from, trust_remote_code=trust, **kwargs)
+    qc = getattr(config, "quantization_config", None) or {}
+    qc = qc if isinstance(qc, dict) else qc.to_dict()
+    if qc.get("quant_method") != "compressed-tensors":
+        return {}
+    acts = [
+        name
+        for name, group in (qc.get("config_groups") or {}).items()
+        if (group or {}).get("input_activations")
+    ]
+    if acts:
+        log.warning(
+            "%s: its scheme quantizes activations too (%s); they are evaluated in full "
+            "precision: the import keeps the de-quantized weights only",
+            ref,
+            ", ".join(acts),
+        )
+    sparse = (qc.get("sparsity_config") or {}).get("format")
+    if sparse and sparse != "dense":
+        raise ModelSourceError(
+            f"{ref}: a compressed-tensors checkpoint in the sparse format {sparse!r}, which "
+            "compressed-tensors >= 0.15 (the releases transformers 5 loads with) cannot "
+            "decompress; decompress it with compressed-tensors <= 0.14 and transformers 4 first"
+        )
+    try:
+        from transformers import CompressedTensorsConfig
+
+        return {"quantization_config": CompressedTensorsConfig(dequantize=True)}
+    except ImportError as err:
+        raise ModelSourceError(
+            f"{ref}: a compressed-tensors checkpoint; loading it needs `pip install "
+            f"compressed-tensors` ({err})"
+        ) from err
 
 
 def load_source(cfg: dict) -> Imported:
@@ -91,9 +137,21 @@ def load_source(cfg: dict) -> Imported:
                     "that starts the run (docs/cluster.md)"
                 )
         tok = AutoTokenizer.from_pretrained(load_from, trust_remote_code=trust, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(
-            load_from, dtype=dtype, trust_remote_code=trust, use_safetensors=True, **kwargs
+        model, info = AutoModelForCausalLM.from_pretrained(
+            load_from,
+            dtype=dtype,
+            trust_remote_code=trust,
+            use_safetensors=True,
+            output_loading_info=True,
+            **_decompress_kwargs(load_from, ref, trust, kwargs),
+            **kwargs,
         )
+        if info.get("missing_keys"):
+            missing = sorted(info["missing_keys"])
+            raise ModelSourceError(
+                f"{ref}: {len(missing)} weights of the model are not in its checkpoint (e.g. "
+                f"{missing[0]}); transformers would initialise them at random"
+            )
         prov["ref"] = ref
         if source == "hub":
             prov["revision"] = cfg.get("revision") or "main"

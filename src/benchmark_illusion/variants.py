@@ -347,11 +347,11 @@ def report_rows(paths) -> list[tuple]:
                 r["name"],
                 STRUCTURE,
                 r["sparsity_key"],
+                r["bits"],
                 r["method"],
                 r["source"],
                 m["sparsity"],
                 m["nm"],
-                r["bits"],
                 m["bits"],
                 m["group_size"],
                 m["max_distinct_per_32"],
@@ -367,8 +367,9 @@ def report_rows(paths) -> list[tuple]:
 
 
 VARIANTS_TABLE = (
-    "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, variant_method VARCHAR, "
-    "source VARCHAR, measured_sparsity DOUBLE, nm VARCHAR, bits INTEGER, measured_bits INTEGER, "
+    "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, bits INTEGER, "
+    "variant_method VARCHAR, source VARCHAR, measured_sparsity DOUBLE, nm VARCHAR, "
+    "measured_bits INTEGER, "
     "group_size INTEGER, "
     "max_distinct_per_32 INTEGER, gguf_weight_type VARCHAR, gguf_bits_per_weight DOUBLE, "
     "weight_bits DOUBLE, claimed_sparsity DOUBLE, claimed_bits DOUBLE, "

@@ -1,0 +1,202 @@
+"""The results database survives its readers (benchmark_illusion.dbfile): a process holding it
+read-write stops a rebuild before any work, a stale write-ahead log never makes the new file
+unreadable, a failed build leaves the last good copy readable and says so, a damaged Parquet log
+is named with the command that writes it again, and the CLI's errors are one line. Real DuckDB
+files and real second processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+from benchmark_illusion import dbfile
+
+HOLD = """
+import duckdb, sys, time
+from pathlib import Path
+path, mode, ready, done = sys.argv[1], sys.argv[2], Path(sys.argv[3]), Path(sys.argv[4])
+con = duckdb.connect(path, read_only=(mode == "ro"))
+if mode == "rw":
+    con.execute("CREATE TABLE mine AS SELECT 42 AS answer")  # a notebook's own table
+ready.write_text("ready")
+while not done.exists():
+    time.sleep(0.05)
+print(con.execute("SELECT count(*) FROM results").fetchone()[0])
+"""
+
+
+class Holder:
+    """A second process that opens `path` (read-write or read-only) and keeps it open until
+    release(); started() returns once it has opened the file (it writes a file then)."""
+
+    def __init__(self, path: Path, mode: str, tmp: Path):
+        self.ready, self.done = tmp / f"ready-{mode}", tmp / f"done-{mode}"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(path), mode, str(self.ready), str(self.done)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while not self.ready.exists():
+            assert self.proc.poll() is None, self.proc.stderr.read()
+            assert time.monotonic() < deadline, "the holder did not open the database"
+            time.sleep(0.05)
+
+    def release(self) -> str:
+        self.done.write_text("done")
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return out.strip()
+
+
+def make_db(path: Path, n: int) -> None:
+    """A database like the results one: a table `results` with n rows, published the way the
+    aggregation publishes it (with its last good copy)."""
+    with dbfile.replace_database(path) as tmp:
+        con = duckdb.connect(str(tmp))
+        con.execute(f"CREATE TABLE results AS SELECT range AS i FROM range({n})")
+        con.close()
+
+
+def rows(path: Path) -> int:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return con.execute("SELECT count(*) FROM results").fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_a_writer_holding_the_database_stops_the_rebuild_before_any_work(tmp_path):
+    db = tmp_path / "results" / "illusion.duckdb"
+    make_db(db, 3)
+    holder = Holder(db, "rw", tmp_path)
+    ran = []
+    try:
+        with pytest.raises(dbfile.DatabaseError) as err:
+            with dbfile.replace_database(db) as tmp:
+                ran.append(tmp)
+        msg = str(err.value)
+        assert f"(PID {holder.proc.pid})" in msg and "read_only=True" in msg
+        assert "\n" not in msg and ran == []
+        # Snakemake deletes a job's output before running it: the holder is still found, through
+        # the last good copy (the same file under a second name)
+        db.unlink()
+        with pytest.raises(dbfile.DatabaseError, match=f"PID {holder.proc.pid}"):
+            dbfile.check_free(db, "logs/aggregate.log")
+    finally:
+        holder.release()
+    make_db(db, 5)  # once it is closed, the rebuild goes through
+    assert rows(db) == 5 and not dbfile.wal_path(db).exists()
+
+
+def test_readers_holding_it_read_only_do_not_stop_it_and_keep_their_copy(tmp_path):
+    db = tmp_path / "illusion.duckdb"
+    make_db(db, 3)
+    reader = Holder(db, "ro", tmp_path)
+    try:
+        make_db(db, 7)
+        assert rows(db) == 7
+    finally:
+        assert reader.release() == "3"  # it read the file it had opened
+
+
+def test_a_stale_write_ahead_log_is_removed_with_the_old_file(tmp_path):
+    """A process that wrote to the database and was killed leaves `<file>.wal`. Beside a new
+    file that log makes DuckDB refuse to open it (shown first); the rebuild removes it."""
+    db = tmp_path / "illusion.duckdb"
+    make_db(db, 3)
+    holder = Holder(db, "rw", tmp_path)
+    holder.proc.send_signal(signal.SIGKILL)
+    holder.proc.wait()
+    assert dbfile.wal_path(db).exists()
+
+    # what used to happen: a new file published beside the old file's log
+    other = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(other))
+    con.execute("CREATE TABLE results AS SELECT 1 AS i")
+    con.close()
+    stale = dbfile.wal_path(db).read_bytes()
+    os.replace(other, db)
+    with pytest.raises(duckdb.Error, match="WAL does not match database file") as err:
+        rows(db)
+    msg = dbfile.explain(err.value, db)
+    assert "write-ahead log" in msg and f"delete {dbfile.wal_path(db)}" in msg
+
+    dbfile.wal_path(db).write_bytes(stale)
+    make_db(db, 4)
+    assert rows(db) == 4 and not dbfile.wal_path(db).exists()
+
+
+def test_a_failed_build_keeps_the_last_good_copy_and_says_so(tmp_path):
+    db = tmp_path / "results" / "illusion.duckdb"
+    make_db(db, 3)
+    with pytest.raises(RuntimeError):
+        with dbfile.replace_database(db, "logs/aggregate.log"):
+            raise RuntimeError("damaged Parquet log x.parquet")
+    assert rows(db) == 3  # the file itself is untouched
+    db.unlink()  # what Snakemake does with the output of a failed job
+    path, notes = dbfile.for_reading(db)
+    assert path == dbfile.last_good_path(db) and rows(path) == 3
+    assert notes[0] == f"{db} is missing (an aggregation failed or is running): reading {path}"
+    assert "failed at" in notes[1] and "damaged Parquet log x.parquet" in notes[1]
+    assert "logs/aggregate.log" in notes[1]
+    # the CLI reads it, with the notes on stderr and nothing else there
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "--db", str(db), "tables"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0 and "results" in res.stdout
+    assert res.stderr.count("note: ") == 2 and "Traceback" not in res.stderr
+    # a successful build clears the failure
+    make_db(db, 6)
+    assert dbfile.for_reading(db) == (db, [])
+
+
+def test_cli_errors_are_one_line(tmp_path):
+    def cli(db: Path):
+        res = subprocess.run(
+            [sys.executable, "-m", "benchmark_illusion", "--db", str(db), "tables"],
+            capture_output=True,
+            text=True,
+        )
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.count("\n") == 1, res.stderr
+        return res.stderr
+
+    db = tmp_path / "illusion.duckdb"
+    assert "no results database at" in cli(db)
+    make_db(db, 3)
+    holder = Holder(db, "rw", tmp_path)
+    try:
+        err = cli(db)
+        assert "open read-write in" in err and f"(PID {holder.proc.pid})" in err
+    finally:
+        holder.release()
+    damaged = tmp_path / "damaged.duckdb"
+    damaged.write_bytes(b"\0" * 8192 + b"not a database" * 100)
+    err = cli(damaged)
+    assert f"error: {damaged} is damaged (" in err and "snakemake --forcerun aggregate" in err
+
+
+def test_a_damaged_parquet_log_is_named_with_the_command_that_writes_it(tmp_path):
+    good = tmp_path / "results/generations/m/magnitude/unstructured/0.3/sample/en.parquet"
+    good.parent.mkdir(parents=True)
+    pl.DataFrame({"item_id": ["a", "b"], "correct": [True, False]}).write_parquet(good)
+    bad = good.with_name("es.parquet")
+    bad.write_bytes(good.read_bytes()[:-20])  # truncated: no footer
+    dbfile.check_parquet([good])
+    with pytest.raises(dbfile.DatabaseError) as err:
+        dbfile.check_parquet([good, bad])
+    msg = str(err.value)
+    assert msg.startswith(f"damaged Parquet log {bad}: ")
+    assert f"(rule evaluate) with `snakemake --forcerun {bad}`" in msg
