@@ -134,8 +134,8 @@ def keep_last_good(path: Path) -> None:
 
 def for_reading(path: str | Path) -> tuple[Path, list[str]]:
     """The file a reader should open for the database `path`, and notes for the user: the last
-    good copy when `path` is gone (deleted by a failed or running aggregation), and whether the
-    last build failed after the file was written. Raises DatabaseError when there is none."""
+    good copy when `path` is gone (deleted by a failed or running aggregation), and the builds
+    that failed since (their markers). Raises DatabaseError when there is none."""
     path = Path(path)
     notes = []
     target = path
@@ -147,17 +147,18 @@ def for_reading(path: str | Path) -> tuple[Path, list[str]]:
             )
         target = good
         notes.append(f"{path} is missing (an aggregation failed or is running): reading {good}")
-    built = target.stat().st_mtime
+    # a marker stays until a build of its database succeeds, so the database read here is the
+    # one from before the failure (by time stamps it need not look so: a process that held the
+    # file read-write writes to it again when it closes)
     for marker in sorted(path.parent.glob(".failed-*.json")):
         try:
             info = json.loads(marker.read_text())
         except (OSError, ValueError):
             continue
-        if marker.stat().st_mtime >= built:
-            notes.append(
-                f"the last build of {info.get('database')} failed at {info.get('failed_at')}: "
-                f"{info.get('error')} (see {info.get('log')}); this database is the one before"
-            )
+        notes.append(
+            f"the last build of {info.get('database')} failed at {info.get('failed_at')}: "
+            f"{info.get('error')} (see {info.get('log')}); this database is the one before"
+        )
     return target, notes
 
 
