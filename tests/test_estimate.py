@@ -59,6 +59,22 @@ def test_plan_counts_the_jobs_items_and_time_of_each_rule():
     assert q.longest_job == 80.0 and q.items == 0
 
 
+def test_variants_and_their_twins_are_evaluated_like_the_pipelines_checkpoints():
+    """Two variants of model m (none of another model): two more checkpoints for m's
+    evaluations, and each gets its twin per perturbation seed."""
+    langs = {("xquad", "en"): 500}
+    base = {c.rule: c for c in plan(config(), [TIMING], langs)}["evaluate"].jobs
+    variants = {"q4": {"source": "gguf_file", "path": "x", "method": "gguf"}}
+    variants["q8"] = dict(variants["q4"])
+    models = {"m": {"variants": variants}, "other": {"variants": {"z": variants["q4"]}}}
+    ev = {c.rule: c for c in plan(config(models=models), [TIMING], langs)}["evaluate"]
+    assert ev.jobs == base + 2
+    seeds = {"controls": {"perturbation": {"seeds": [0, 1]}}}
+    ev = {c.rule: c for c in plan(config(models=models, **seeds), [TIMING], langs)}["evaluate"]
+    compressed = 2 * (2 + 1) + 2 * 3 + 2  # pruned, quantized, variants
+    assert ev.jobs == 1 + compressed * (1 + 2)
+
+
 def test_selection_is_capped_and_candidates_counted_only_when_configured():
     cfg = config(evaluation={"formats": ["open", "mc"], "recovery": {}})
     t = Timing("m", 4, 2, {"open+mc": 2.0, "candidates": 5.0}, 100.0, 1.0, {})
