@@ -200,3 +200,29 @@ def test_a_damaged_parquet_log_is_named_with_the_command_that_writes_it(tmp_path
     msg = str(err.value)
     assert msg.startswith(f"damaged Parquet log {bad}: ")
     assert f"(rule evaluate) with `snakemake --forcerun {bad}`" in msg
+
+
+def test_tables_lists_every_table_and_view_with_its_row_count(tmp_path):
+    """`tables`: one line per table and view, its kind and its rows; a view whose Parquet file is
+    gone says so instead of failing the listing."""
+    db = tmp_path / "illusion.duckdb"
+    log, gone = tmp_path / "log.parquet", tmp_path / "gone.parquet"
+    pl.DataFrame({"x": [1, 2, 3, 4]}).write_parquet(log)
+    pl.DataFrame({"x": [1]}).write_parquet(gone)
+    with dbfile.replace_database(db) as tmp:
+        con = duckdb.connect(str(tmp))
+        con.execute("CREATE TABLE results AS SELECT range AS i FROM range(3)")
+        con.execute(f"CREATE VIEW logs AS SELECT * FROM read_parquet('{log}')")
+        con.execute(f"CREATE VIEW gone AS SELECT * FROM read_parquet('{gone}')")
+        con.close()
+    gone.unlink()
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "--db", str(db), "tables"],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 0, res.stderr
+    lines = {line.split()[0]: line.split()[1:] for line in res.stdout.splitlines()}
+    assert lines["results"] == ["base", "table", "3", "rows"]
+    assert lines["logs"] == ["view", "4", "rows"]
+    assert lines["gone"][:2] == ["view", "unreadable:"]

@@ -266,3 +266,25 @@ def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
                 str(st),
                 errors,
             )
+
+
+@pytest.mark.parametrize("n,m", [(2, 4), (4, 8)])
+def test_n_of_m_prunes_the_n_smallest_of_every_group_of_real_weights(bundled_model_dir, n, m):
+    """Against a per-group argsort on the real model's weights (|W| of one MLP and one attention
+    projection): the mask holds exactly the n smallest of every m consecutive inputs. Counting
+    zeros per group alone would pass a mask of the n largest."""
+    from safetensors.torch import load_file
+
+    weights = load_file(bundled_model_dir / "model.safetensors")
+    for name in ("model.layers.5.mlp.down_proj.weight", "model.layers.5.self_attn.q_proj.weight"):
+        scores = weights[name].abs()
+        rows, cols = scores.shape
+        groups = scores.reshape(rows, cols // m, m)
+        order = torch.argsort(groups, dim=2, stable=True)[..., :n]
+        want = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, order, True)
+        got = lowest_n_of_m(scores, n, m).reshape(rows, cols // m, m)
+        # ties inside a group may be broken either way: compare the pruned scores, not indices
+        assert got.sum(2).eq(n).all()
+        pruned = torch.where(got, groups, 0).sum(2)
+        expected = torch.where(want, groups, 0).sum(2)
+        assert torch.equal(pruned, expected), name
