@@ -115,15 +115,17 @@ replicates AS (
 )
 SELECT population, model, method, structure, sparsity, dataset, lang, metric,
        count(*) AS n_boot,
-       quantile_cont(value, 0.025) AS ci_low, quantile_cont(value, 0.975) AS ci_high
+       quantile_cont(value, {lo}) AS ci_low, quantile_cont(value, {hi}) AS ci_high
 FROM replicates
 GROUP BY ALL
 """
 
 
-def test_matrix_intervals_equal_the_sql_join(tmp_path):
+@pytest.mark.parametrize("level", [0.95, 0.8])
+def test_matrix_intervals_equal_the_sql_join(tmp_path, level):
     """Random outcomes on two languages of different sizes, MC-only items with recovery decodes
-    (small denominators: some replicates draw none of them), every rate and pooled row."""
+    (small denominators: some replicates draw none of them), every rate and pooled row; at the
+    default level and at metrics.ci_level 0.8 (the (1 -/+ level) / 2 quantiles)."""
     rng = np.random.default_rng(3)
     rows, selected = [], {}
     for lang, n in (("en", 23), ("de", 9)):
@@ -147,9 +149,10 @@ def test_matrix_intervals_equal_the_sql_join(tmp_path):
                     for k in range(5)
                 ]
                 rows.append(row("w", i, "oneshot", bool(rng.random() < 0.3), lang=lang))
-    con = build(tmp_path, rows, selected, bootstrap_replicates=300)
+    con = build(tmp_path, rows, selected, bootstrap_replicates=300, ci_level=level)
     key = "population, model, method, structure, sparsity, dataset, lang, metric"
-    want = {r[:8]: r[8:] for r in con.execute(JOIN_INTERVALS).fetchall()}
+    sql = JOIN_INTERVALS.format(lo=(1 - level) / 2, hi=(1 + level) / 2)
+    want = {r[:8]: r[8:] for r in con.execute(sql).fetchall()}
     got = {
         r[:8]: r[8:]
         for r in con.execute(
