@@ -560,3 +560,28 @@ def test_acc_norm_is_per_character_and_acc_bytes_per_byte():
     assert r["pred_option_norm"] == 1 and not r["correct_norm"]
     assert r["pred_option_bytes"] == 0 and r["correct_bytes"]
     assert r["pred_option"] == 2
+
+
+def test_the_judges_length_limits_reach_its_verdicts(tiny, bundled_tokenizer, items):
+    """judge.max_length_factor and max_length_slack (EvalSettings) decide `too_long` in the rows:
+    with limits no answer reaches, none is too long; with a limit of zero tokens every non-empty
+    answer is (a judge left at its defaults, 3x the gold + 3, would pass some of them)."""
+    from benchmark_illusion.recovery import RecoverySettings
+
+    def rows(factor: float, slack: int) -> pl.DataFrame:
+        s = EvalSettings(
+            formats=("open",),
+            max_new_tokens=12,
+            max_length_factor=factor,
+            max_length_slack=slack,
+            recovery=RecoverySettings.only(),
+        )
+        return evaluate_items(tiny, bundled_tokenizer, items, s, RunMeta("tiny"), progress=False)
+
+    loose, strict = rows(1000.0, 1000), rows(0.0, 0)
+    assert not loose["too_long"].any()
+    spoken = strict.filter(pl.col("output").str.strip_chars() != "")
+    assert spoken.height > 0 and spoken["too_long"].all()
+    assert not strict["correct"].any()
+    default = rows(3.0, 3).filter(pl.col("output").str.strip_chars() != "")
+    assert not default["too_long"].all()
