@@ -997,3 +997,23 @@ def test_cli_prints_both_verdicts_and_their_flags():
     )
     assert out["correct_sentence"] is False and out["sentence_too_long"] is True
     assert run_cli(*args, "--sentence-slack", "-1", "Brennick").returncode == 2
+
+
+def test_echo_share_and_passage_copy_run_at_their_boundaries():
+    """Rule b at 60 % (the documented share): 3 question tokens of a 5-token answer echo the
+    question (3 >= 0.6 x 5), of a 6-token answer they do not (3 < 3.6). Rule c: an answer sharing
+    max_run + 1 consecutive passage tokens copies it, max_run tokens do not. Either threshold
+    moved by one step changes one of these verdicts."""
+    from benchmark_illusion.judge import _passage_copy, _question_echo
+
+    question = ["which", "river", "runs", "through", "paris"]
+    gold = [["paris"]]  # the gold is in the question: the condition of rule b
+    assert _question_echo(["which", "river", "paris", "x1", "x2"], gold, question)
+    assert not _question_echo(["which", "river", "paris", "x1", "x2", "x3"], gold, question)
+    # at 40 % three of seven would echo; at 75 % three of five would not
+    assert not _question_echo(["which", "river", "paris", "a", "b", "c", "d"], gold, question)
+
+    passage = "the seine flows through paris and into the english channel".split()
+    max_run = 4
+    assert _passage_copy("x seine flows through paris and".split(), passage, max_run)  # 5 shared
+    assert not _passage_copy("x flows through paris and y".split(), passage, max_run)  # 4
