@@ -585,3 +585,39 @@ def test_the_judges_length_limits_reach_its_verdicts(tiny, bundled_tokenizer, it
     assert not strict["correct"].any()
     default = rows(3.0, 3).filter(pl.col("output").str.strip_chars() != "")
     assert not default["too_long"].all()
+
+
+def test_the_system_prompt_reaches_the_rendered_prompt_and_its_tokens(bundled_tokenizer):
+    """prompt.system_prompt replaces the chat template's default system turn: the configured text
+    is in the prompt the model reads, where SmolLM2's own default is not, and without it the
+    template's default comes back."""
+    from benchmark_illusion.pipeline import eval_settings
+    from benchmark_illusion.prompts import render
+
+    mine = "Reply with the answer only, in the passage's words."
+    params = {
+        "seed": 1,
+        "prompt": {
+            "answer_prefix": "Answer:",
+            "chat_template": "auto",
+            "system_prompt": mine,
+            "candidates_style": "bullets",
+            "template_kwargs": {},
+        },
+        "evaluation": {
+            "formats": ["open", "mc"],
+            "batch_size": 8,
+            "max_new_tokens": 8,
+            "budget_margin": 4,
+            "recovery": {},
+        },
+        "judge": {"max_length_factor": 3.0, "max_length_slack": 3, "sentence_slack": 4},
+    }
+    with_it = render(bundled_tokenizer, eval_settings(params).prompt, [], "Question?")
+    params["prompt"]["system_prompt"] = None
+    without = render(bundled_tokenizer, eval_settings(params).prompt, [], "Question?")
+    assert mine in with_it and mine not in without
+    default = without.split("<|im_start|>user")[0]  # the template's own system turn
+    assert default.strip() and default not in with_it
+    ids = bundled_tokenizer(with_it, add_special_tokens=False)["input_ids"]
+    assert bundled_tokenizer.decode(ids) == with_it
