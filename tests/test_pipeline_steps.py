@@ -401,3 +401,33 @@ def test_the_light_rules_import_no_torch():
         f"import importlib\nfor m in {sorted(modules)!r}: importlib.import_module(m)"
     )
     assert heavy == set()
+
+
+def test_the_configured_pruning_tolerance_decides_the_check(config, tiny_dir, tmp_path):
+    """pruning.tolerance reaches the sparsity check: 33 % of the tiny model's weights cannot be
+    met exactly (the measured share misses it by about 3e-6), so the same pruning passes under a
+    tolerance of 1e-5 and stops under 1e-7, naming the miss; a check left at its own default
+    (0.001) would pass both."""
+    import copy
+
+    def prune(tolerance: float, out: str):
+        cfg = copy.deepcopy(config)
+        cfg["pruning"]["tolerance"] = tolerance
+        return pipeline.prune_file(
+            tiny_dir,
+            None,
+            tmp_path / out,
+            Strict(rule_params.prune(cfg, "tiny", "magnitude")),
+            model="tiny",
+            method="magnitude",
+            structure="unstructured",
+            sparsity=0.33,
+            device="cpu",
+        )
+
+    report = prune(1e-5, "loose")
+    miss = abs(report["measured_sparsity"] - 0.33)
+    assert 1e-7 < miss < 1e-5 and report["tolerance"] == 1e-5
+    with pytest.raises(ValueError, match="misses the target 0.33000 by"):
+        prune(1e-7, "strict")
+    assert not (tmp_path / "strict").exists()
