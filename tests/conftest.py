@@ -158,3 +158,17 @@ def bundled_model_dir(tmp_path_factory):
     out = tmp_path_factory.mktemp("models") / "smollm2-135m"
     import_model(BUNDLED, out)
     return out
+
+
+def swap_two_tokens(folder: Path) -> tuple[int, int]:
+    """Give 'hello' and 'world' each other's ids in a model folder's tokenizer.json: a tokenizer
+    that differs from the original by two ids (for the variant tokenizer checks). Returns the
+    two ids."""
+    import json
+
+    path = Path(folder) / "tokenizer.json"
+    spec = json.loads(path.read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
+    path.write_text(json.dumps(spec))
+    return vocab["hello"], vocab["world"]

@@ -30,6 +30,7 @@ import yaml
 
 from benchmark_illusion import dbfile
 from benchmark_illusion.evaluate import LOG_SCHEMA
+from conftest import swap_two_tokens
 from dag import planned_jobs
 from slurm.helpers import squeue_history
 from smoke import ROOT, smoke_run_started, snakemake, snakemake_cmd
@@ -1364,10 +1365,7 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     # a variant whose tokenizer differs: the run stops before any job, naming it
     other = tmp_path / "other-tokenizer"
     shutil.copytree(copy / pruned, other)
-    tj = json.loads((other / "tokenizer.json").read_text())
-    vocab = tj["model"]["vocab"]
-    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
-    (other / "tokenizer.json").write_text(json.dumps(tj))
+    swap_two_tokens(other)
     edited["models"]["smollm2-135m"]["variants"]["other"] = {
         "source": "local",
         "path": str(other),

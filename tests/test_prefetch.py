@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 from benchmark_illusion.cluster import parameter_count
 from benchmark_illusion.models import import_model
 from benchmark_illusion.sources import ModelSourceError, fetch_hub_model
+from conftest import swap_two_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -74,19 +75,28 @@ def test_a_model_missing_from_the_cache_offline_names_the_model(offline_cache):
         fetch_hub_model({"source": "hub", "id": "org/absent"})
 
 
-def test_prefetch_downloads_models_and_datasets_and_nothing_else(bundled_model_dir, tmp_path):
-    """`snakemake prefetch`: the hub model's record (its files in the hub cache) and every dataset
-    language, no model job; a later plan then needs the network for nothing (no fetch job)."""
-    hf = tmp_path / "hf"
-    hub_cache_with(bundled_model_dir, hf / "hub", "org/smol")
+def hub_run(tmp_path, hf: Path, models: dict):
+    """The embedded default config with `models` and the shipped sample set, written to a file;
+    the environment of an offline run on the hub cache `hf`; and the Snakemake command for a work
+    folder. Returns (config, its path, work folder, env, command)."""
     cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
-    cfg["models"] = {"smol": {"source": "hub", "id": "org/smol", "params_b": 0.135}}
+    cfg["models"] = models
     cfg["datasets"]["sample"]["path"] = str(ROOT / "resources/sample_qa/{lang}.json")
     path = tmp_path / "hub.yaml"
     path.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "w"
     env = {**os.environ, "HF_HOME": str(hf), "HF_HUB_OFFLINE": "1"}
     cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(path)]
+    return cfg, path, work, env, cmd
+
+
+def test_prefetch_downloads_models_and_datasets_and_nothing_else(bundled_model_dir, tmp_path):
+    """`snakemake prefetch`: the hub model's record (its files in the hub cache) and every dataset
+    language, no model job; a later plan then needs the network for nothing (no fetch job)."""
+    hf = tmp_path / "hf"
+    hub_cache_with(bundled_model_dir, hf / "hub", "org/smol")
+    models = {"smol": {"source": "hub", "id": "org/smol", "params_b": 0.135}}
+    cfg, path, work, env, cmd = hub_run(tmp_path, hf, models)
     res = subprocess.run(
         cmd + ["--cores", "1", "prefetch"], capture_output=True, text=True, env=env
     )
@@ -116,25 +126,13 @@ def test_prefetch_fetches_hub_variants_and_their_tokenizer_is_checked_before_any
     hf = tmp_path / "hf"
     for repo in ("org/smol", "org/smol-awq", "org/smol-other"):
         hub_cache_with(bundled_model_dir, hf / "hub", repo)
-    other = hf / "hub" / "models--org--smol-other" / "snapshots" / SHA / "tokenizer.json"
-    tj = json.loads(other.read_text())
-    vocab = tj["model"]["vocab"]
-    vocab["hello"], vocab["world"] = vocab["world"], vocab["hello"]
-    other.write_text(json.dumps(tj))
-    cfg = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    swap_two_tokens(hf / "hub" / "models--org--smol-other" / "snapshots" / SHA)
     variants = {
         "awq": {"source": "hub", "id": "org/smol-awq", "method": "awq"},
         "other": {"source": "hub", "id": "org/smol-other", "method": "other"},
     }
-    cfg["models"] = {
-        "smol": {"source": "hub", "id": "org/smol", "params_b": 0.135, "variants": variants}
-    }
-    cfg["datasets"]["sample"]["path"] = str(ROOT / "resources/sample_qa/{lang}.json")
-    path = tmp_path / "hub.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    work = tmp_path / "w"
-    env = {**os.environ, "HF_HOME": str(hf), "HF_HUB_OFFLINE": "1"}
-    cmd = [SNAKEMAKE, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--configfile", str(path)]
+    models = {"smol": {"source": "hub", "id": "org/smol", "params_b": 0.135, "variants": variants}}
+    cfg, path, work, env, cmd = hub_run(tmp_path, hf, models)
     res = subprocess.run(
         cmd + ["--cores", "1", "prefetch"], capture_output=True, text=True, env=env
     )

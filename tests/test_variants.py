@@ -5,7 +5,6 @@ and the config checks that run before any job."""
 from __future__ import annotations
 
 import copy
-import json
 import shutil
 
 import pytest
@@ -17,7 +16,7 @@ from benchmark_illusion.pruning.masks import lowest_n_of_m
 from benchmark_illusion.quantization import rtn
 from benchmark_illusion.sources import resolve_gguf
 from benchmark_illusion.structures import Grid
-from conftest import BUNDLED, ROOT, make_tiny_model
+from conftest import BUNDLED, ROOT, make_tiny_model, swap_two_tokens
 
 
 def test_gguf_tokens_reads_the_vocabulary_the_gguf_library_reads():
@@ -142,12 +141,7 @@ def test_config_rejects_a_variant_whose_tokenizer_differs_before_any_job(
     spec = {"source": "local", "path": str(folder), "method": "same"}
     validate_config(_config(tmp_path, same=spec))
 
-    tj = json.loads((folder / "tokenizer.json").read_text())
-    vocab = tj["model"]["vocab"]
-    a, b = "hello", "world"
-    vocab[a], vocab[b] = vocab[b], vocab[a]
-    (folder / "tokenizer.json").write_text(json.dumps(tj))
-    first = min(vocab[a], vocab[b])
+    first = min(swap_two_tokens(folder))
     with pytest.raises(ConfigError) as err:
         validate_config(_config(tmp_path, same=spec))
     msg = str(err.value)
