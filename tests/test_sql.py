@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import duckdb
@@ -1065,8 +1066,15 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
         "SELECT method, structure, family, bits, group_size, symmetric_grid, weight_bits, "
         "compression FROM checkpoints ORDER BY method, structure"
     ).fetchall()
+    # the storage model of docs/metrics.md by hand: int4-g128 (asymmetric) stores 4 bits per
+    # weight plus an fp16 scale and a 4-bit zero point per group of 128; at 50% sparsity
+    # unstructured pruning keeps half the 16-bit weights plus a 1-bit mask, 2:4 half the weights
+    # with a log2(4)-bit index each; compression is 16 / weight_bits (rounded to 4 places)
+    int4 = 4 + (16 + 4) / 128  # 4.15625
+    unstructured = 16 * (1 - 0.5) + 1  # 9.0
+    two_of_four = (1 - 0.5) * (16 + math.log2(4))  # 9.0 as well
     assert got == [
-        ("dense", "none", "dense", None, None, None, 16.0, 1.0),
+        ("dense", "none", "dense", None, None, None, 16.0, 16 / 16),
         (
             "gptq",
             "int4-g128",
@@ -1074,11 +1082,29 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
             4,
             128,
             False,
-            4.15625,
-            pytest.approx(3.8496, abs=1e-4),
+            int4,
+            pytest.approx(16 / int4, abs=1e-4),
         ),
-        ("w", "2:4", "pruning", None, None, None, 9.0, pytest.approx(1.7778, abs=1e-4)),
-        ("w", "unstructured", "pruning", None, None, None, 9.0, pytest.approx(1.7778, abs=1e-4)),
+        (
+            "w",
+            "2:4",
+            "pruning",
+            None,
+            None,
+            None,
+            two_of_four,
+            pytest.approx(16 / two_of_four, abs=1e-4),
+        ),
+        (
+            "w",
+            "unstructured",
+            "pruning",
+            None,
+            None,
+            None,
+            unstructured,
+            pytest.approx(16 / unstructured, abs=1e-4),
+        ),
     ]
     keyed = [
         name
