@@ -571,8 +571,10 @@ def position_bias(con, path: Path) -> None:
             if d.height == 0:
                 _empty(ax, f"no {fmt} rows")
                 continue
+            # bits (NULL unless quantized) names a quantized checkpoint by its grid alone
+            keys = ["method", "structure", "sparsity"] + (["bits"] if "bits" in d.columns else [])
             ckpts = (
-                d.select("method", "structure", "sparsity")
+                d.select(keys)
                 .unique()
                 .sort(pl.col("method") != "dense", "method", "structure", "sparsity")
             )
