@@ -542,10 +542,11 @@ FP16_LL_TOLERANCE = 0.5
 
 def test_float16_on_cpu_agrees_with_float32_within_a_stated_tolerance(bundled_model_dir):
     """evaluation.dtype float16 on the CPU (torch runs float16 matrix products there, about 5x
-    slower than float32 on this machine's 2 cores): the real model on 3 sample items, open (up to
-    8 new tokens) and mc in one batch, against the same items in float32. Every option log-likelihood is finite (no
-    float16 overflow in the activations) and within FP16_LL_TOLERANCE of float32; the decisions
-    that differ (MC pick, greedy answer, gold rank) are counted and printed, not hidden."""
+    slower than float32 on 2 cores): the real model on 3 sample items, open (up to 8 new tokens)
+    and mc in one batch, against the same items in float32. Every option log-likelihood is finite
+    (no float16 overflow in the activations) and within FP16_LL_TOLERANCE of float32; the
+    decisions that differ (MC pick, greedy answer, gold rank) are counted and printed, not
+    hidden."""
     from benchmark_illusion.data import load_raw
     from benchmark_illusion.items import build_items, validate_rows
     from benchmark_illusion.models import load_checkpoint
