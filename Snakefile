@@ -1,6 +1,9 @@
 # benchmark-illusion: do pruned LLMs lose knowledge, or only stop producing it?
 # Data flow and definitions: docs/design.md. Config keys: config/README.md.
 
+from datetime import UTC, datetime
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -41,6 +44,18 @@ include: "workflow/rules/aggregate.smk"
 if CONCEPTS:
 
     include: "workflow/rules/concepts.smk"
+
+
+# The run manifest, results/run.json (config, versions, commit, hardware, devices, times, the
+# headline numbers; src/benchmark_illusion/manifest.py): written at the end of every invocation
+# that rebuilt the database. Jobs run without hooks, so only the main process writes it.
+RUN_STARTED = datetime.now(UTC)
+
+
+onsuccess:
+    from benchmark_illusion.manifest import after_run
+
+    after_run(config, RUN_STARTED, Path(workflow.basedir))
 
 
 rule all:

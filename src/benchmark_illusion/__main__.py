@@ -8,6 +8,7 @@
   # one line per checkpoint, languages pooled (--by-lang: per checkpoint and language)
   python -m benchmark_illusion summary
   python -m benchmark_illusion summary --by-lang
+  python -m benchmark_illusion summary --json     # the same numbers as results/run.json
   # SAE fit, best/least covered concepts, the dense model's gaps, pruning damage
   python -m benchmark_illusion concepts
   # what a run will cost before it starts (times the model on a few items)
@@ -32,14 +33,6 @@ DEFAULT_DB = "results/illusion.duckdb"
 
 # Every report is a view of the database (workflow/sql/90_report.sql, workflow/sql/concepts/
 # 90_report.sql; docs/metrics.md, docs/concepts.md): the commands only choose rows.
-SUMMARY_SQL = (
-    "SELECT * EXCLUDE (dataset, lang) FROM report_summary WHERE lang = 'all' "
-    "ORDER BY model, method, structure, sparsity"
-)
-SUMMARY_BY_LANG_SQL = (
-    "SELECT * FROM report_summary WHERE lang <> 'all' "
-    "ORDER BY model, method, structure, sparsity, dataset, lang"
-)
 
 DAMAGE_TITLE = (
     "Significantly damaged concepts per checkpoint (open, across benchmarks: the drop, "
@@ -247,28 +240,45 @@ def _estimate_command(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line; `parser.subcommands` maps each subcommand to its parser."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmark_illusion",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"results database (default {DEFAULT_DB})")
+    db_help = f"results database (default {DEFAULT_DB}, relative to the working directory)"
+    parser.add_argument("--db", default=DEFAULT_DB, help=db_help)
+    # --db also after the subcommand (`summary --db x.duckdb`); SUPPRESS keeps the value given
+    # before it when it is not repeated there
+    db_after = argparse.ArgumentParser(add_help=False)
+    db_after.add_argument("--db", default=argparse.SUPPRESS, help=db_help)
     sub = parser.add_subparsers(dest="cmd", required=True)
-    q = sub.add_parser("sql", help="run one SQL statement and print its result")
-    q.add_argument("query")
+    q = sub.add_parser("sql", parents=[db_after], help="run one SQL statement and print its result")
+    q.add_argument("query", help='one SQL statement, e.g. "SELECT * FROM mc_only"')
     q.add_argument("--csv", action="store_true", help="print CSV instead of a table")
-    q.add_argument("--max-rows", type=int, default=200)
-    sub.add_parser("tables", help="list tables and views with their row counts")
+    q.add_argument(
+        "--max-rows", type=int, default=200, help="rows a table shows at most (default 200)"
+    )
+    sub.add_parser("tables", parents=[db_after], help="list tables and views with their row counts")
     s = sub.add_parser(
         "summary",
+        parents=[db_after],
         help="accuracy per format (mc without the passage too), Delta_PR, MC-only rate with its "
         "guessing adjustments (1/K, and measured without the passage), demoted/erased counts",
     )
     s.add_argument("--by-lang", action="store_true", help="one line per language instead of pooled")
-    s.add_argument("--csv", action="store_true")
+    out = s.add_mutually_exclusive_group()
+    out.add_argument("--csv", action="store_true", help="print CSV instead of a table")
+    out.add_argument(
+        "--json",
+        action="store_true",
+        help="print the rows as a JSON list of objects (the `checkpoints` of results/run.json)",
+    )
     c = sub.add_parser(
-        "concepts", help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage"
+        "concepts",
+        parents=[db_after],
+        help="SAE fit, top and bottom concepts, the dense model's gaps, pruning damage",
     )
     c.add_argument("-n", type=int, default=5, help="concepts per list (default 5)")
     j = sub.add_parser(
@@ -312,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     cmp = sub.add_parser(
         "compare",
+        parents=[db_after],
         help="the paired difference of two checkpoints on one metric, with its interval",
         description="Checkpoint A minus checkpoint B on one metric of `rates` (e.g. mc_only, "
         "sent_mc_only, acc_open, drop_mc), per benchmark and pooled, over the items both have "
@@ -334,7 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         "prune per method, then print per rule the expected jobs, items, tokens, CPU time and "
         "wall time, here and on the SLURM profile (src/benchmark_illusion/estimate.py).",
     )
-    e.add_argument("--configfile", default="config/config.yaml")
+    e.add_argument(
+        "--configfile",
+        default="config/config.yaml",
+        help="the run's config, resolved like Snakemake's (default config/config.yaml)",
+    )
     e.add_argument(
         "--items",
         type=int,
@@ -342,9 +357,15 @@ def main(argv: list[str] | None = None) -> int:
         help="items timed per format (default: one batch, evaluation.batch_size)",
     )
     e.add_argument("--cores", type=int, default=None, help="local cores (default: all)")
+    parser.subcommands = dict(sub.choices)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd == "judge":
-        return _judge_command(args, j)
+        return _judge_command(args, parser.subcommands["judge"])
     if args.cmd == "estimate":
         return _estimate_command(args)
 
@@ -394,18 +415,14 @@ def main(argv: list[str] | None = None) -> int:
                         f"{tested or 0} concepts tested per checkpoint, "
                         f"{n_perm} permutations: the smallest p is 1/{n_perm + 1})"
                     )
+        elif args.json:
+            from .manifest import summary_rows
+
+            print(json.dumps(summary_rows(con, args.by_lang), indent=2, default=str))
         else:
-            sql = SUMMARY_BY_LANG_SQL if args.by_lang else SUMMARY_SQL
-            columns = con.sql("SELECT * FROM report_summary LIMIT 0").columns
-            if (
-                "bits" in columns
-                and not con.execute("SELECT count(bits) FROM report_summary").fetchall()[0][0]
-            ):
-                # no quantized checkpoint: a column of NULLs says nothing
-                sql = sql.replace("SELECT * EXCLUDE (", "SELECT * EXCLUDE (bits, ").replace(
-                    "SELECT * FROM", "SELECT * EXCLUDE (bits) FROM"
-                )
-            _print(con.sql(sql), args.csv, 10_000)
+            from .manifest import summary_sql
+
+            _print(con.sql(summary_sql(con, args.by_lang)), args.csv, 10_000)
     except duckdb.Error as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         if isinstance(e, duckdb.IOException) and ".parquet" in str(e):

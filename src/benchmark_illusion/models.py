@@ -239,6 +239,17 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def where(device: str) -> str:
+    """How a model job's log names where it runs: "cpu at node1", "cuda:0 (NVIDIA H200) at
+    node7" (the run manifest reads it back, src/benchmark_illusion/manifest.py)."""
+    import socket
+
+    name = ""
+    if device.startswith("cuda"):
+        name = f" ({torch.cuda.get_device_name(torch.device(device))})"
+    return f"{device}{name} at {socket.gethostname()}"
+
+
 def log_peak_gpu_memory(logger, device: str, what: str) -> None:
     """Log the peak GPU memory of this process on `device` (nothing on the CPU)."""
     if str(device).startswith("cuda"):

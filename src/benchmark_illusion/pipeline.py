@@ -26,7 +26,7 @@ from .datasteps import seeded_order
 from .engine import NonFiniteError
 from .evaluate import RunMeta, evaluate_items
 from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
-from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device
+from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device, where
 from .params import NOT_IN_POOL
 from .perturbation import parse_perturbed
 from .prompts import PromptSettings
@@ -160,7 +160,7 @@ def evaluate_file(
     log.info(
         "loaded %s on %s in %.1fs (%d torch threads)",
         checkpoint,
-        device,
+        where(device),
         time.perf_counter() - t0,
         torch.get_num_threads(),
     )
@@ -269,7 +269,9 @@ def _load_for_compression(model_dir, calibration, dtype, device, trust_remote_co
         torch.set_num_threads(threads)
     device = resolve_device(device)
     net, tok = load_checkpoint(model_dir, dtype, device, trust_remote_code)
-    log.info("loaded %s on %s (%d torch threads)", model_dir, device, torch.get_num_threads())
+    log.info(
+        "loaded %s on %s (%d torch threads)", model_dir, where(device), torch.get_num_threads()
+    )
     windows = load_file(str(calibration))["input_ids"] if calibration else None
     return net, tok, windows, device
 
