@@ -27,7 +27,7 @@ Sections (--only a,b,...; all by default):
   aggregate every metric table over 10 million synthetic log rows (benchmarks/
             aggregate_scale.py, scale 10m): seconds and peak RSS
   run       the embedded `make run` pipeline end to end in a fresh folder at --cores 2, against
-            the time the README gave before (PREVIOUS_RUN_MINUTES)
+            a fixed reference time (PREVIOUS_RUN_MINUTES)
 
 Items: XQuAD en from ../shared/data/xquad when present (read in place, never copied), the
 shipped sample set otherwise. The anchors live in their own virtual environments under
@@ -56,7 +56,7 @@ BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
 XQUAD = ROOT.parent / "shared" / "data" / "xquad" / "xquad.{lang}.json"
 SAMPLE = ROOT / "resources" / "sample_qa" / "{lang}.json"
-TORCH = "torch==2.13.0"  # the CPU build on the project's machines; unpinned would pull CUDA
+TORCH = "torch==2.13.0"  # the release .venv pins (a CPU build there); unpinned may pull CUDA
 ANCHORS = {"lmeval": ["lm-eval[hf]==0.4.13"], "llmc": ["llmcompressor==0.14.0.1"]}
 SECTIONS = (
     "mc",
@@ -70,7 +70,7 @@ SECTIONS = (
     "aggregate",
     "run",
 )
-# the embedded `make run` before this benchmark existed (README, 2 cores): the baseline of `run`
+# reference time of the embedded `make run` on 2 cores, in minutes: the baseline of section `run`
 PREVIOUS_RUN_MINUTES = 29.0
 
 sys.path.insert(0, str(BENCH))
@@ -694,7 +694,7 @@ def section_run(table, args):
         minutes,
         PREVIOUS_RUN_MINUTES,
         "min",
-        "anchor = the README's time before this benchmark",
+        "anchor = PREVIOUS_RUN_MINUTES, a fixed reference time",
     )
 
 

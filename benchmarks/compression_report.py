@@ -2,8 +2,8 @@
 per checkpoint (pooled over languages) its stored bits per weight, accuracy per format with
 intervals, the MC-only rate with its interval, noise floor and guessing adjustment, the share of
 MC-only items any recovery decode brings back beside the false-recovery rate, and the demoted
-and erased counts; then the MC-only rate per language. The README's quantization paragraph is
-read from these tables.
+and erased counts; then the MC-only rate per language. The quantization tables of docs/results.md
+are read from these tables.
 
   .venv/bin/python benchmarks/compression_report.py results/illusion.duckdb
 """

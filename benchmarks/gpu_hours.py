@@ -1,4 +1,4 @@
-"""The paper grid's cost in GPU-hours, before and after the shared-prefill decoding engine, from the
+"""The paper grid's cost in GPU-hours, with `generate` and with the shared-prefill engine, from the
 token counts a real run measured per item, format and decode, times a stated GPU throughput.
 
     .venv/bin/python benchmarks/gpu_hours.py RUN_DIR [--mfu 0.5] [--hbm 0.7] [--step-ms 2]
@@ -6,7 +6,7 @@ token counts a real run measured per item, format and decode, times a stated GPU
 RUN_DIR is a finished run whose recovery scope was `all` (every decode on every selected item),
 e.g. the XQuAD realism run; its logs give, per item, the prompt tokens of each format and the
 tokens each decode wrote, and the batches are rebuilt from them exactly as each engine builds
-them:
+them (the output calls the two engines `before` and `after`; docs/performance.md):
 
   before  fixed batches of `batch_size` prompts (sorted by budget, then length), left-padded to
           the longest; beams and samples by `generate`, which runs the prompt once per beam and
@@ -14,9 +14,9 @@ them:
   after   greedy formats: batches cut before a prompt 1.25x longer than their first, rows
           stacked up to `decode_rows` per decode step; every prefill runs the prompts' shared
           head once per batch; one prefill for all beams and samples (recovery batches are
-          still cut by budget, as before).
+          still cut by budget, as with `generate`).
 
-Cost model per forward (stated, not measured; a GPU was not available to this project):
+Cost model per forward (stated, not measured on a GPU):
   prefill  2 x parameters FLOPs per padded token at `mfu` of the GPU's dense bf16 peak;
   decode   one step reads every weight once plus each row's KV cache, at `hbm` of the GPU's
            memory bandwidth, plus `step_ms` of launch overhead.

@@ -4,7 +4,7 @@ Both decode the same `open` prompts of the same items in the same length-sorted 
 the same budgets and seeds:
   - hf:     `generate(num_beams=K, num_return_sequences=K, early_stopping=True)`, then
             `generate(do_sample=True, top_p, temperature, top_k=0, num_return_sequences=n)`:
-            the prompt runs once per beam and once per sample (what the pipeline did before);
+            the prompt runs once per beam and once per sample (what `generate` does);
   - engine: one prefill per batch, shared by the K beams and the n samples
             (engine.beam_search, engine.sample).
 Reported: items/s of each (best of the repetitions, run interleaved), their ratio, how many

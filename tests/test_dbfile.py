@@ -119,7 +119,7 @@ def test_a_stale_write_ahead_log_is_removed_with_the_old_file(tmp_path):
     holder.proc.wait()
     assert dbfile.wal_path(db).exists()
 
-    # what used to happen: a new file published beside the old file's log
+    # without the stale-log removal: a new file published beside the old file's log
     other = tmp_path / "other.duckdb"
     con = duckdb.connect(str(other))
     con.execute("CREATE TABLE results AS SELECT 1 AS i")

@@ -1,9 +1,9 @@
 """The rates' percentile-bootstrap intervals as matrix products.
 
-The aggregation used to compute them in SQL by joining every item value with every replicate's
-draw count and summing per checkpoint x benchmark x metric x replicate: work that grows as
-checkpoints x items x metrics x replicates, billions of rows on the paper grid with every decode
-on every item. Here, for one benchmark, the replicate sums of every checkpoint x metric are one
+A SQL join of every item value with every replicate's draw count, summed per checkpoint x
+benchmark x metric x replicate, gives the same intervals with work that grows as checkpoints x
+items x metrics x replicates: billions of rows on the paper grid with every decode on every
+item. Here, for one benchmark, the replicate sums of every checkpoint x metric are one
 product of the (replicates x items) draw counts with the (items x columns) item values, and the
 replicate denominators the same product with the 0/1 matrix of which items have a value. Pooled
 rows (every benchmark of a model) add the benchmarks' sums before dividing.

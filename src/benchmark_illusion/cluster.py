@@ -8,8 +8,9 @@ The parameter count comes from the weights when they are on disk: the imported s
 folder (resources/models/{model}), a local folder, or the GGUF file of a `gguf_file` /
 `gguf_package` model (headers only: nothing is loaded). A hub model that is not imported yet
 uses its config's `params_b`, else the safetensors headers of its files in the hub cache, else
-the hub's safetensors metadata, and DEFAULT_PARAMS_B (8 billion, the largest model of the
-paper's grid) only when none of these answers (the Snakefile then warns, naming the key).
+the hub's safetensors metadata, and DEFAULT_PARAMS_B (8 billion, about the largest model of
+config/paper.yaml, the grid of Wen et al., arXiv:2606.17609) only when none of these answers
+(the Snakefile then warns, naming the key).
 
 Memory is host RAM (`mem_mb`, what SLURM's --mem asks for); the GPU holds the model during
 evaluation and pruning. Both estimates grow with the attempt number, so a job that a cluster
@@ -150,8 +151,9 @@ def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: i
 
 # ------------------------------------------------------------------------- GPU memory
 
-# The shape of the largest model of the paper's grid (Llama-3.1-8B), used when a model's shape
-# cannot be read yet (a hub model before its download): too much rather than too little.
+# The shape of an 8B model (Llama-3.1-8B; config/paper.yaml's largest model is of that size), used
+# when a model's shape cannot be read yet (a hub model before its download): too much rather than
+# too little.
 DEFAULT_SHAPE = {
     "layers": 32,
     "hidden": 4096,
@@ -360,7 +362,7 @@ MODEL_JOB_THREADS = 4  # every other model job, and all of them on a GPU; capped
 def job_threads(rule: str, method: str | None = None, gpu: bool = False) -> int:
     """Threads of one `rule` job (for `method`, where the rule has one): 1 on the CPU for the
     steps in ONE_THREAD_ON_CPU, else MODEL_JOB_THREADS (Snakemake caps it at --cores). On a GPU
-    every model job keeps MODEL_JOB_THREADS, so that no more of them share the GPU than before."""
+    every model job keeps MODEL_JOB_THREADS, which bounds how many of them share the GPU."""
     if not gpu and rule in ONE_THREAD_ON_CPU:
         methods = ONE_THREAD_ON_CPU[rule]
         if methods is None or method in methods:

@@ -16,7 +16,7 @@
 -- The intervals come from rate_intervals, which benchmark_illusion.bootstrap computes from
 -- item_values and the resamples (bootstrap_weights) before this file runs: per benchmark, the
 -- replicate sums of every checkpoint x metric are one matrix product of the draw counts with
--- the item values, the work that as a SQL join grew to billions of rows on the paper grid.
+-- the item values (as a SQL join, the same work is billions of rows on the paper grid).
 CREATE OR REPLACE TABLE rates AS
 WITH point AS (
     SELECT population, model, method, structure, sparsity,

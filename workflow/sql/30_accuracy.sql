@@ -67,9 +67,9 @@ ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format
 -- float32 on a CPU). perturbation_floor (+ _ci_low, _ci_high, perturbation_seeds): the drop of
 -- the checkpoint's perturbed twins (dense + noise of the same relative size per Linear),
 -- averaged over seeds (perturbation_floor table); NULL for dense, the twins themselves, and
--- without controls.perturbation.seeds. The paper's expectation is a gradient: open drops most,
--- candidates less, mc least. Formats: open, candidates, mc, mc_norm, mc_bytes. reference_accuracy =
--- accuracy + drop (paired over the same items). drop_sentence (sentence_ci_*): the same drop
+-- without controls.perturbation.seeds. The expectation of Wen et al. (arXiv:2606.17609) is a
+-- gradient: open drops most, candidates less, mc least. Formats: open, candidates, mc, mc_norm,
+-- mc_bytes. reference_accuracy = accuracy + drop (paired over the same items). drop_sentence (sentence_ci_*): the same drop
 -- under the sentence-tolerant verdict (NULL for mc_norm and mc_bytes).
 CREATE OR REPLACE TABLE support_gradient AS
 SELECT d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang,

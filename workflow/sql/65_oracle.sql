@@ -4,7 +4,7 @@
 --            (see item_outcomes), and oracle: greedy or any recovery decode correct
 --   accuracy that decode's accuracy over the n_items it ran on (greedy: every selected item)
 --   complete n_items = n_selected: the decode ran on every selected item. Only then is the row
---            the paper's number; it needs evaluation.recovery.scope 'all' (a narrower scope
+--            Wen et al.'s number; it needs evaluation.recovery.scope 'all' (a narrower scope
 --            decodes some items only, and `oracle` is then NULL for the undecoded wrong ones)
 --   dense_accuracy, drop  the dense model's accuracy under the same decode, and the drop
 --            (dense minus checkpoint, paired per item, 95% bootstrap interval); NULL on the dense
