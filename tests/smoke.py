@@ -44,7 +44,10 @@ def smoke_config(tmp: Path) -> Path:
         # path is what this test covers; the decodes are tested in test_recovery.py. They run on
         # every selected item (scope all: the oracle table), and their budget floor of 8 is raised
         # to the greedy budget (12) and to each gold's length + budget_margin.
+        # device cpu: the numeric checks below (one torch thread, an exact-zero floor) are CPU
+        # facts; on a machine with a GPU, `auto` would move the smoke run there
         "evaluation": {
+            "device": "cpu",
             "max_new_tokens": 12,
             "batch_size": 8,
             "recovery": {"num_beams": 2, "num_samples": 3, "max_new_tokens": 8, "scope": "all"},
@@ -52,7 +55,12 @@ def smoke_config(tmp: Path) -> Path:
         # One sparsity, 30%: it leaves MC-only items for every method to check (10% left none for
         # Wanda); a second one is added by the re-run test below. Each sparsity costs 3 prune and
         # 6 evaluate jobs, about two minutes of this run through SLURM.
-        "pruning": {"methods": ["magnitude", "wanda", "sparsegpt"], "sparsities": [0.3]},
+        # 2:4 (50%): one N:M checkpoint per method, its pattern checked on disk (test_e2e.py)
+        "pruning": {
+            "methods": ["magnitude", "wanda", "sparsegpt"],
+            "sparsities": [0.3],
+            "nm": ["2:4"],
+        },
         # 8 bits: the held-out perplexity check below reads these checkpoints
         "quantization": {"methods": ["rtn", "gptq"], "bits": [8]},
         # Pinned calibration languages: adding a language later must not re-prune (test below).
@@ -139,10 +147,14 @@ class SmokeRun:
     """The smoke run: started once per session, waited for by whoever needs it first."""
 
     def __init__(self, tmp_path_factory):
-        self.work = tmp_path_factory.mktemp("smoke")
+        # BENCHMARK_ILLUSION_SMOKE_DIR=<folder>: reuse (or finish) an earlier session's smoke run
+        # there instead of starting one in a new folder, when iterating on the tests that read
+        # it (no test writes into it). Its SLURM cancel test needs a fresh run.
+        reuse = os.environ.get("BENCHMARK_ILLUSION_SMOKE_DIR")
+        self.work = Path(reuse) if reuse else tmp_path_factory.mktemp("smoke")
         self.cfg = smoke_config(self.work)
         self.slurm = ensure_cluster()
-        self.canceller = CancelFirstRunning("evaluate")
+        self.canceller = CancelFirstRunning("evaluate", self.work)
         if self.slurm:
             self.canceller.start()
         profile = ["--profile", str(PROFILE)] if self.slurm else []

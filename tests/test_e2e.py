@@ -32,7 +32,7 @@ from benchmark_illusion import dbfile
 from benchmark_illusion.evaluate import LOG_SCHEMA
 from conftest import swap_two_tokens
 from dag import planned_jobs
-from slurm.helpers import squeue_history
+from slurm.helpers import skip_reason, squeue_history
 from smoke import ROOT, smoke_run_started, snakemake, snakemake_cmd
 
 pytestmark = pytest.mark.e2e
@@ -79,7 +79,7 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     import re
 
     if not SMOKE["slurm"]:
-        pytest.skip("no SLURM cluster: the smoke run ran locally")
+        pytest.skip(skip_reason())
     work, _ = smoke_run
     submitted = re.findall(
         r"has been submitted with SLURM jobid (\d+) \(log: .*?/rule_(\w+?)/", SMOKE["out"]
@@ -95,11 +95,15 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
         "aggregate",
         "figures",
     } | CONCEPT_RULES
-    # 33 jobs (2 languages: build, pool, select; import; dense + 3 pruned + 2 quantized
-    # checkpoints evaluated; aggregate, figures; 6 concept jobs) and one more for the retried
-    # evaluate job. The network rules ran where snakemake runs (local rules), none went to a
-    # compute partition: the dataset downloads and the calibration text.
-    assert len(submitted) == 2 * 3 + 1 + 3 + 2 + 12 + 2 + 1 + (1 + 1 + 2 + 1 + 1)
+    # 2 languages x (build, pool, select); import; one prune job per pruned checkpoint, one
+    # quantize job per quantized one; every checkpoint (dense too) evaluated per language;
+    # aggregate, figures; 6 concept jobs; and one more for the retried evaluate job. The network
+    # rules ran where snakemake runs (local rules), none went to a compute partition: the
+    # dataset downloads and the calibration text.
+    n_checkpoints = 1 + N_PRUNED + len(QUANTIZED)
+    assert len(submitted) == (
+        2 * 3 + 1 + N_PRUNED + len(QUANTIZED) + 2 * n_checkpoints + 2 + 1 + (1 + 1 + 2 + 1 + 1)
+    )
     local = re.findall(r"^localrule (\w+):", SMOKE["out"], flags=re.M)
     assert {"download_dataset", "calibration_data"} <= set(local)
     history = {j["id"]: j for j in squeue_history()}
@@ -113,7 +117,7 @@ def test_a_cancelled_job_is_retried_with_more_memory_and_time(smoke_run):
     import re
 
     if not SMOKE["slurm"]:
-        pytest.skip("no SLURM cluster: the smoke run ran locally")
+        pytest.skip(skip_reason())
     cancelled = SMOKE["cancelled"]
     assert len(cancelled) == 1, "no evaluate job was seen running"
     history = {j["id"]: j for j in squeue_history()}
@@ -225,7 +229,7 @@ def test_duckdb_answers_sql_with_expected_columns_and_sane_values(smoke_run):
         con.execute(
             "SELECT count(DISTINCT (method, structure, sparsity)) FROM accuracy"
         ).fetchone()[0]
-        == 1 + len(CHECKPOINTS) + len(QUANTIZED)  # dense, 3 pruned, 2 quantized
+        == 1 + N_PRUNED + len(QUANTIZED)  # dense, 3 + 3 pruned, 2 quantized
     )
     by = {(lang, fmt): (n, acc) for lang, fmt, n, acc in rows}
     # Selected items are right in open and mc by construction; candidates is measured.
@@ -279,7 +283,9 @@ def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_pass
     assert [b[0] for b in bias] == ["candidates", "mc"] and all(b[1] == b[2] for b in bias)
 
 
-CHECKPOINTS = [(m, "0.3") for m in ("magnitude", "wanda", "sparsegpt")]
+CHECKPOINTS = [(m, "0.3") for m in ("magnitude", "wanda", "sparsegpt")]  # unstructured
+NM = [(m, "2of4", "0.5") for m in ("magnitude", "wanda", "sparsegpt")]  # 2:4 prunes 2/4 = 50%
+N_PRUNED = len(CHECKPOINTS) + len(NM)
 QUANTIZED = [("rtn", "int8-g128"), ("gptq", "int8-g128")]
 
 
@@ -308,6 +314,44 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
     from safetensors.torch import load_file
 
     assert tuple(load_file(str(cal))["input_ids"].shape) == (8, 64)
+
+
+def test_every_2_of_4_checkpoint_has_its_pattern_on_disk_and_is_evaluated(smoke_run):
+    """The smoke grid's 2:4 checkpoints read back from their safetensors: in every group of 4
+    consecutive input weights of every pruned Linear at least 2 are zero (2 in all but a handful:
+    the measured sparsity is 0.5), and magnitude's zeros are the 2 smallest |W| of the dense weight
+    in the group (a per-group argsort, independent of pruning/masks.py; a mask of the 2 largest
+    has the same zero count and fails here). Ties inside a group may break either way, so the
+    pruned magnitudes are compared, not their positions."""
+    import torch
+    from safetensors.torch import load_file
+
+    work, _ = smoke_run
+    dense = load_file(str(work / "resources/models/smollm2-135m/model.safetensors"))
+    for method, structure, s in NM:
+        ckpt = work / f"results/checkpoints/smollm2-135m/{method}/{structure}/{s}"
+        report = json.loads((ckpt / "sparsity.json").read_text())
+        assert abs(report["measured_sparsity"] - 0.5) <= 0.001, (method, report)
+        weights = load_file(str(ckpt / "model.safetensors"))
+        pruned = [k for k in weights if ".layers." in k and k.endswith("proj.weight")]
+        assert len(pruned) == 30 * 7  # every Linear of every block, lm_head excluded
+        for name in pruned:
+            w = weights[name].float()
+            groups = w.reshape(w.shape[0], -1, 4)
+            zero = groups == 0
+            assert bool((zero.sum(dim=2) >= 2).all()), (method, name)
+            if method == "magnitude":
+                ref = dense[name].float().abs().reshape(groups.shape)
+                two = torch.sort(ref, dim=2, stable=True).values[..., :2].sum(dim=2)
+                assert torch.equal(torch.where(zero, ref, 0).sum(dim=2), two), name
+        for name in set(weights) - set(pruned):  # embeddings, norms: untouched
+            assert torch.equal(weights[name], dense[name]), (method, name)
+        for lang in ("en", "es"):
+            log = pl.read_parquet(
+                work
+                / f"results/generations/smollm2-135m/{method}/{structure}/{s}/sample/{lang}.parquet"
+            )
+            assert set(log["structure"]) == {"2:4"} and set(log["sparsity"]) == {0.5}
 
 
 def same_but_last_bits(a: pl.DataFrame, b: pl.DataFrame, rtol: float = 1e-5) -> int:
@@ -470,7 +514,10 @@ def test_every_quantized_checkpoint_is_on_its_grid_evaluated_and_in_the_tables(s
         "SELECT method, family, bits, group_size, weight_bits FROM checkpoints "
         "WHERE family = 'quantization' ORDER BY method"
     ).fetchall()
-    assert ck == [("gptq", "quantization", 8, 128, 8.1875), ("rtn", "quantization", 8, 128, 8.1875)]
+    # docs/metrics.md's storage model: 8 bits per weight plus an fp16 scale and an 8-bit zero
+    # point (asymmetric grid) per group of 128 input weights
+    int8 = 8 + (16 + 8) / 128  # 8.1875
+    assert ck == [("gptq", "quantization", 8, 128, int8), ("rtn", "quantization", 8, 128, int8)]
     for table in ("mc_only", "accuracy", "recovery", "oracle", "concept_damage", "chi_model"):
         got = con.execute(
             f"SELECT DISTINCT method, bits FROM {table} WHERE method IN ('rtn', 'gptq') ORDER BY 1"
@@ -530,7 +577,8 @@ def test_duckdb_counts_mc_only_items_per_checkpoint(smoke_run):
     ).fetchall()
     seen = {(m, f"{s:g}") for m, s, *_ in rows}
     quantized = {(m, "0") for m, _ in QUANTIZED}
-    assert seen == {(m, s) for m, s in CHECKPOINTS} | {("dense", "0")} | quantized
+    nm = {(m, s) for m, _, s in NM}
+    assert seen == {(m, s) for m, s in CHECKPOINTS} | nm | {("dense", "0")} | quantized
     for method, _s, _lang, n, n_mc_only, rate in rows:
         assert 0 <= n_mc_only <= n and (n == 0 or rate == pytest.approx(n_mc_only / n))
         if method == "dense":
@@ -700,7 +748,7 @@ m.mc_only_rate,
         WHERE o.format = 'open' AND c.format = 'candidates' AND mc.format = 'mc' \
 AND orc.decode = 'oracle'
           AND m.lang <> 'all'""").fetchall()
-    assert len(got) == want.height == 2 * (1 + len(CHECKPOINTS) + len(QUANTIZED))
+    assert len(got) == want.height == 2 * (1 + N_PRUNED + len(QUANTIZED))
     table = {(r[0], r[1], r[2]): r[3:] for r in got}
     for w in want.iter_rows(named=True):
         g = table[(w["method"], w["sparsity"], w["lang"])]
@@ -745,7 +793,16 @@ def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
         "SELECT n_items, mc_only_rate, noise_floor FROM mc_only WHERE method = 'dense' "
         "AND lang = 'en'"
     ).fetchone()
-    assert floor[0] > 0 and floor[2] is not None and floor[1] == floor[2]
+    # the floor recomputed from the dense model's bfloat16 log: the selected items whose mc pick
+    # is right and whose greedy open answer is wrong (its definition, docs/metrics.md)
+    log = pl.read_parquet(bf / "results/generations/smollm2-135m/dense/none/0/sample/en.parquet")
+    right = {
+        fmt: set(log.filter((pl.col("format") == fmt) & pl.col("correct"))["item_id"])
+        for fmt in ("open", "mc")
+    }
+    n_items = log.filter(pl.col("format") == "mc")["item_id"].n_unique()
+    assert floor[0] == n_items > 0
+    assert floor[2] == pytest.approx(len(right["mc"] - right["open"]) / n_items)
     drops = con.execute(
         "SELECT format, drop FROM support_gradient WHERE method = 'dense' AND lang = 'en'"
     ).fetchall()
@@ -755,6 +812,54 @@ def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
     print(
         f"bfloat16 noise floor on CPU: MC-only {floor[2]:.3f} over {floor[0]} items; drops {drops}"
     )
+
+
+def test_letters_style_names_candidates_by_letter_and_changes_no_other_row(smoke_run, tmp_path):
+    """prompt.candidates_style letters on a copy of the smoke run: the dense model's English
+    evaluate job re-run alone (--rerun-triggers mtime keeps the pool and the selection; recovery
+    decodes off). The open and mc rows are the smoke run's own (their prompts do not show the
+    options' style); the candidates prompts differ from the bullets ones, and an answer that is a
+    bare letter ("B", "B.", "(B)") picks that option: checked with a regex of its own, not the
+    judge's, on every such row."""
+    import re
+
+    work, cfg = smoke_run
+    copy = tmp_path / "copy"
+    link_copy(work, copy)
+    c = yaml.safe_load(cfg.read_text())
+    c["prompt"] = {"candidates_style": "letters"}
+    c["evaluation"]["recovery"] = {"beam": False, "sample": False, "oneshot": False}
+    path = tmp_path / "letters.yaml"
+    path.write_text(yaml.safe_dump(c))
+    target = "results/generations/smollm2-135m/dense/none/0/sample/en.parquet"
+    res = snakemake(copy, path, "--rerun-triggers", "mtime", "--forcerun", target, "--", target)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert planned_jobs(res.stdout + res.stderr) == {"evaluate": 1}
+    letters, bullets = (
+        pl.read_parquet(folder / target).filter(pl.col("decode").is_in(["greedy", "loglik"]))
+        for folder in (copy, work)
+    )
+    keep = ["item_id", "format", "output", "correct", "pred_option", "option_ll", "prompt_id"]
+    for fmt in ("open", "mc"):
+        a, b = (
+            x.filter(pl.col("format") == fmt).sort("item_id").select(keep)
+            for x in (letters, bullets)
+        )
+        assert a.height > 0 and a.equals(b), fmt
+    cand, cand_bullets = (
+        x.filter(pl.col("format") == "candidates").sort("item_id") for x in (letters, bullets)
+    )
+    assert cand["item_id"].to_list() == cand_bullets["item_id"].to_list()
+    assert not set(cand["prompt_id"]) & set(cand_bullets["prompt_id"])
+    bare = re.compile(r"^\s*\(?([A-D])\)?\.?\s*$")
+    named = 0
+    for row in cand.iter_rows(named=True):
+        m = bare.match(row["output"].split("\n")[0])
+        if m:
+            named += 1
+            k = "ABCD".index(m.group(1))
+            assert row["pred_option"] == k and row["correct"] == (k == row["gold_option"]), row
+    print(f"letters: {named} of {cand.height} candidates answers are a bare letter")
 
 
 def test_cli_prints_a_query_result(smoke_run):
@@ -777,7 +882,7 @@ def test_cli_prints_a_query_result(smoke_run):
     )
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    n_checkpoints = 1 + len(CHECKPOINTS) + len(QUANTIZED)
+    n_checkpoints = 1 + N_PRUNED + len(QUANTIZED)
     assert lines[0] == "lang,format,accuracy" and len(lines) == 1 + 2 * 3 * n_checkpoints
 
 
@@ -855,11 +960,11 @@ def test_every_metric_table_is_non_empty_with_intervals(smoke_run):
     ).fetchone() == (0,)
     assert con.execute(
         "SELECT count(DISTINCT (method, structure, sparsity)) FROM mc_only WHERE lang = 'all'"
-    ).fetchone() == (1 + len(CHECKPOINTS) + len(QUANTIZED),)
+    ).fetchone() == (1 + N_PRUNED + len(QUANTIZED),)
     # the support gradient covers every checkpoint x language x format (open, candidates, and the
     # three MC scorings: mc, mc_norm, mc_bytes; the dense row: the noise floor)
     assert con.execute("SELECT count(*) FROM support_gradient WHERE lang <> 'all'").fetchone() == (
-        (1 + len(CHECKPOINTS) + len(QUANTIZED)) * 2 * 5,
+        (1 + N_PRUNED + len(QUANTIZED)) * 2 * 5,
     )
     # the recovery table reports every decode of the smoke config plus the oracle
     decodes = {r[0] for r in con.execute("SELECT DISTINCT decode FROM recovery").fetchall()}
@@ -913,10 +1018,10 @@ def test_every_concept_table_is_non_empty_and_complete(smoke_run):
     assert formats == {"open", "candidates", "mc", "open_sentence", "candidates_sentence"}
     ckpts = con.execute("""SELECT count(DISTINCT (method, sparsity, format, lang)) FROM chi_model
                            WHERE population = 'selected'""").fetchone()[0]
-    assert ckpts == (1 + len(CHECKPOINTS) + len(QUANTIZED)) * len(formats) * 3
+    assert ckpts == (1 + N_PRUNED + len(QUANTIZED)) * len(formats) * 3
     assert con.execute(
         "SELECT count(DISTINCT (method, sparsity)) FROM concept_damage"
-    ).fetchone() == (len(CHECKPOINTS) + len(QUANTIZED),)
+    ).fetchone() == (N_PRUNED + len(QUANTIZED),)
     assert (
         con.execute("SELECT count(*) FROM model_gaps WHERE population = 'pool'").fetchone()[0] > 0
     )
@@ -1070,14 +1175,15 @@ def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
     torch.testing.assert_close(open_sae(tmp_path / "out").encode(x), open_sae(src).encode(x))
 
 
-def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
+def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run, tmp_path):
     work, cfg = smoke_run
     for name in FIGURES:
         data = (work / f"results/figures/{name}.png").read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000, name
-    res = snakemake(work, cfg, "--report", "results/report.html")
+    # the report goes outside the smoke run's folder: no test changes that folder
+    res = snakemake(work, cfg, "--report", str(tmp_path / "report.html"))
     assert res.returncode == 0, res.stderr[-3000:]
-    html = (work / "results/report.html").read_text()
+    html = (tmp_path / "report.html").read_text()
     for caption in (
         "Accuracy vs sparsity by format",
         "MC-only rate by language and sparsity",
@@ -1089,6 +1195,34 @@ def test_every_figure_is_a_png_and_the_report_bundles_them(smoke_run):
         "Concepts significantly damaged by pruning",
     ):
         assert caption in html, caption
+
+
+def test_the_run_wrote_its_manifest_with_the_summarys_numbers(smoke_run):
+    """results/run.json: the resolved config, versions, commit, where every model job ran (all
+    on the CPU: the smoke config pins it), the run's times, and per checkpoint the numbers
+    `summary --json` prints."""
+    work, cfg = smoke_run
+    manifest = json.loads((work / "results/run.json").read_text())
+    res = subprocess.run(
+        [sys.executable, "-m", "benchmark_illusion", "summary", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
+    assert res.returncode == 0, res.stderr
+    assert manifest["checkpoints"] == json.loads(res.stdout)
+    assert len(manifest["checkpoints"]) == 1 + N_PRUNED + len(QUANTIZED)
+    given = yaml.safe_load(cfg.read_text())
+    assert manifest["config"]["seed"] == given["seed"]
+    assert manifest["config"]["pruning"]["nm"] == given["pruning"]["nm"]
+    assert manifest["config"]["evaluation"]["batch_tokens"] > 0  # a default, resolved
+    assert manifest["software"]["packages"]["snakemake"]
+    assert manifest["started"] < manifest["finished"]
+    devices = manifest["devices"]
+    assert {"evaluate", "prune", "quantize"} <= set(devices)
+    assert {d["device"] for jobs in devices.values() for d in jobs} == {"cpu"}
+    # one evaluate job per checkpoint and language, the dense one included
+    assert sum(d["jobs"] for d in devices["evaluate"]) == 2 * (1 + N_PRUNED + len(QUANTIZED))
 
 
 def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
@@ -1109,7 +1243,7 @@ def test_summary_prints_one_pooled_line_per_checkpoint(smoke_run):
     )
     assert res.returncode == 0, res.stderr
     rows = list(csv.DictReader(io.StringIO(res.stdout)))
-    assert len(rows) == 1 + len(CHECKPOINTS) + len(QUANTIZED)
+    assert len(rows) == 1 + N_PRUNED + len(QUANTIZED)
     assert {r["bits"] for r in rows if r["method"] in ("rtn", "gptq")} == {"8"}
     assert {
         "open",
@@ -1305,7 +1439,7 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     res = snakemake(copy, tmp_path / "twins.yaml", "-n")
     assert res.returncode == 0, res.stderr[-3000:]
     plan = planned_jobs(res.stdout + res.stderr)
-    n_compressed = len(CHECKPOINTS) + len(QUANTIZED) + 2
+    n_compressed = N_PRUNED + len(QUANTIZED) + 2
     assert plan["perturb"] == n_compressed
     assert "noise0-q4_0" in res.stdout + res.stderr and "noise0-mag30" in res.stdout + res.stderr
 
@@ -1511,7 +1645,7 @@ def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
     plan = changed_plan(work, cfg, lambda c: c["evaluation"]["recovery"].update(num_beams=3))
     # every evaluation on the selected items, the dense model's too (6 x 2 languages); the dense
     # pool runs no recovery decode, so neither it nor the selection re-runs
-    assert plan == {"evaluate": 2 * (1 + len(CHECKPOINTS) + len(QUANTIZED)), **AGGREGATION}
+    assert plan == {"evaluate": 2 * (1 + N_PRUNED + len(QUANTIZED)), **AGGREGATION}
 
 
 def test_adding_a_language_runs_only_its_chain(smoke_run):
@@ -1523,7 +1657,7 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
         "build_items": 1,
         "evaluate_pool": 1,
         "select_items": 1,
-        "evaluate": 1 + len(CHECKPOINTS) + len(QUANTIZED),
+        "evaluate": 1 + N_PRUNED + len(QUANTIZED),
         "concept_activations": 1,
         **AGGREGATION,
     }
@@ -1584,8 +1718,8 @@ def session_processes(sid: int) -> list[tuple[int, str]]:
 def start_and_kill_mid_evaluation(
     work: Path, cfg: Path, target: str, rule_log: Path, whole_run: bool
 ) -> None:
-    """Re-run the evaluate job of `target` and SIGKILL it once its model is loaded: only the job's
-    process (whole_run=False: a job killed on its node), or Snakemake with it (a killed session)."""
+    """Re-run the evaluate job of `target` and SIGKILL it mid-evaluation: only the job's process
+    (whole_run=False: a job killed on its node), or Snakemake with it (a killed session)."""
     import signal
     import time
 
@@ -1596,11 +1730,12 @@ def start_and_kill_mid_evaluation(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    # the job's log shows its first progress bar (open + mc) at 100%: the model is loaded and
+    # evaluation under way, with the candidates and recovery decodes still to run
     deadline = time.time() + 300
-    while time.time() < deadline and not (rule_log.is_file() and "loaded" in rule_log.read_text()):
+    while time.time() < deadline and not (rule_log.is_file() and "100%|" in rule_log.read_text()):
         assert proc.poll() is None, "the job finished before it could be killed"
-        time.sleep(0.2)
-    time.sleep(1.0)  # the model is loaded; evaluation is under way
+        time.sleep(0.05)
     assert proc.poll() is None
     if whole_run:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -1616,29 +1751,32 @@ def start_and_kill_mid_evaluation(
 
 
 @pytest.mark.parametrize("whole_run", [False, True], ids=["job-killed", "snakemake-killed"])
-def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run):
+def test_killed_evaluate_job_reruns_to_identical_rows(smoke_run, whole_run, tmp_path):
     """SIGKILL mid-evaluation; the re-run with --rerun-incomplete writes the same rows as the
-    uninterrupted run (every column but the wall time `seconds`)."""
+    uninterrupted run (every column but the wall time `seconds`). On a copy of the smoke run's
+    folder (link_copy): the smoke run's own files stay as they were."""
     work, cfg = smoke_run
-    # Spanish: 5 selected items, half the re-run of the 10 English ones; the kill still lands
-    # mid-evaluation (1 s after the model is loaded, of about 10 s)
+    copy = tmp_path / "copy"
+    link_copy(work, copy)
+    # Spanish: 5 selected items, half the re-run of the 10 English ones
     target = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
-    rule_log = work / "logs/evaluate/smollm2-135m/wanda/unstructured/0.3/sample/es.log"
+    rule_log = copy / "logs/evaluate/smollm2-135m/wanda/unstructured/0.3/sample/es.log"
     before = pl.read_parquet(work / target).drop("seconds")
-    start_and_kill_mid_evaluation(work, cfg, target, rule_log, whole_run)
+    start_and_kill_mid_evaluation(copy, cfg, target, rule_log, whole_run)
     if whole_run:
         # a killed Snakemake leaves its lock on the working directory; --unlock is the documented
         # way out
         locked = snakemake(
-            work, cfg, "--rerun-incomplete", target
+            copy, cfg, "--rerun-incomplete", target
         )  # a dry run takes no lock: try for real
         assert locked.returncode != 0 and "--unlock" in locked.stdout + locked.stderr
-        assert snakemake(work, cfg, "--unlock").returncode == 0
-    res = snakemake(work, cfg, "--rerun-incomplete", target)
+        assert snakemake(copy, cfg, "--unlock").returncode == 0
+    res = snakemake(copy, cfg, "--rerun-incomplete", target)
     assert res.returncode == 0, res.stderr[-3000:]
-    after = pl.read_parquet(work / target).drop("seconds")
+    after = pl.read_parquet(copy / target).drop("seconds")
     assert after.equals(before)
+    assert pl.read_parquet(work / target).drop("seconds").equals(before)  # the original is intact
     # the database is stale now (its input is newer, its rows the same): the next full run redoes
-    # only the aggregation. Not run here: no test after this one reads the smoke run's folder
-    res = snakemake(work, cfg, "-n")
+    # only the aggregation
+    res = snakemake(copy, cfg, "-n")
     assert planned_jobs(res.stdout + res.stderr) == AGGREGATION

@@ -15,6 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 START = ROOT / "tests/slurm/start-cluster.sh"
 PROFILE = ROOT / "tests/slurm/profile"
 REQUIRED = os.environ.get("BENCHMARK_ILLUSION_REQUIRE_SLURM") == "1"  # set by .ci/run
+# CI's explicit decision not to run SLURM here, with its reason (.ci/run, docs/cluster.md)
+SKIPPED = os.environ.get("BENCHMARK_ILLUSION_SKIP_SLURM", "")
 
 
 def cluster_up() -> bool:
@@ -26,7 +28,10 @@ def cluster_up() -> bool:
 
 def ensure_cluster() -> bool:
     """Whether a SLURM cluster answers; starts the test cluster first when running as root.
-    Fails (instead of returning False) where BENCHMARK_ILLUSION_REQUIRE_SLURM=1."""
+    Fails (instead of returning False) where BENCHMARK_ILLUSION_REQUIRE_SLURM=1; returns False
+    without trying where BENCHMARK_ILLUSION_SKIP_SLURM gives a reason."""
+    if SKIPPED and not REQUIRED:
+        return False
     if not cluster_up() and os.geteuid() == 0:
         subprocess.run([str(START)], capture_output=True, text=True, timeout=600)
     if cluster_up():
@@ -37,6 +42,13 @@ def ensure_cluster() -> bool:
             "(tests/slurm/start-cluster.sh)"
         )
     return False
+
+
+def skip_reason() -> str:
+    """Why a SLURM test skips: CI's stated reason, or no cluster here."""
+    if SKIPPED:
+        return f"SLURM skipped on purpose (BENCHMARK_ILLUSION_SKIP_SLURM): {SKIPPED}"
+    return "no SLURM cluster: the smoke run ran locally"
 
 
 def squeue_history() -> list[dict]:
@@ -54,21 +66,33 @@ def squeue_history() -> list[dict]:
 
 
 class CancelFirstRunning(threading.Thread):
-    """Waits for a running job of `rule`, then scancels it once (a node failure, as SLURM sees
-    it)."""
+    """Waits for a running job of `rule` whose rule log under `work`/logs/ shows its first
+    progress bar at 100% (its model is loaded and its evaluation under way, with more phases to
+    go), then scancels it once: a node failure, as SLURM sees it. The job is found by its
+    comment, `rule_<rule>_wildcards_<wildcard values joined by _>`, which the executor plugin
+    builds from the same wildcards as the log's path."""
 
-    def __init__(self, rule: str):
+    def __init__(self, rule: str, work: Path):
         super().__init__(daemon=True)
-        self.rule, self.cancelled, self.stop = rule, [], threading.Event()
+        self.rule, self.work, self.cancelled, self.stop = rule, work, [], threading.Event()
+
+    def under_way(self) -> set[str]:
+        """The comments of the jobs whose log shows a finished progress bar."""
+        logs = self.work / "logs" / self.rule
+        out = set()
+        for log in logs.rglob("*.log") if logs.is_dir() else []:
+            if "100%|" in log.read_text(errors="replace"):
+                wildcards = "_".join(log.relative_to(logs).with_suffix("").parts)
+                out.add(f"rule_{self.rule}_wildcards_{wildcards}")
+        return out
 
     def run(self) -> None:
         while not self.stop.is_set():
-            for job in squeue_history():
-                if job["state"] == "RUNNING" and job["comment"].startswith(
-                    f"rule_{self.rule}_wildcards"
-                ):
-                    time.sleep(2)
-                    subprocess.run(["scancel", job["id"]], check=True)
-                    self.cancelled.append(job["id"])
-                    return
-            time.sleep(0.5)
+            running = {
+                job["comment"]: job["id"] for job in squeue_history() if job["state"] == "RUNNING"
+            }
+            for comment in sorted(self.under_way() & set(running)):
+                subprocess.run(["scancel", running[comment]], check=True)
+                self.cancelled.append(running[comment])
+                return
+            time.sleep(0.2)
