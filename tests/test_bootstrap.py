@@ -175,3 +175,50 @@ def test_matrix_intervals_equal_the_sql_join(tmp_path, level):
             assert lo == hi, k  # a constant rate: the bootstrap collapses to a point
             continue
         assert got[k] == (n_boot, pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12)), k
+
+
+def test_row_quantiles_equal_duckdbs_quantile_cont_on_short_and_empty_rows():
+    """Rows with 0, 1, 2, 3 and 6 finite values (NaN elsewhere) and one without NaN, at the
+    quantiles 0, 0.025, 0.5, 0.975 and 1: DuckDB's quantile_cont is the reference (what the
+    intervals replaced)."""
+    import duckdb
+
+    nan = np.nan
+    x = np.array(
+        [
+            [nan, nan, nan, nan, nan, nan],
+            [nan, 0.7, nan, nan, nan, nan],
+            [0.9, nan, 0.1, nan, nan, nan],
+            [0.3, 0.8, nan, 0.2, nan, nan],
+            [0.5, 0.25, 1.0, 0.0, 0.75, 0.6],
+            [nan, 0.5, 0.25, 1.0, 0.0, 0.75],
+        ]
+    )
+    probs = (0.0, 0.025, 0.5, 0.975, 1.0)
+    got = row_quantiles(x, probs)
+    con = duckdb.connect()
+    for r in range(x.shape[0]):
+        vals = [float(v) for v in x[r] if np.isfinite(v)]
+        for k, q in enumerate(probs):
+            if not vals:
+                assert np.isnan(got[k][r]), (r, q)
+                continue
+            want = con.execute(
+                "SELECT quantile_cont(v, ?) FROM unnest(?::DOUBLE[]) t(v)", [q, vals]
+            ).fetchone()[0]
+            assert got[k][r] == pytest.approx(want, abs=1e-12), (r, q)
+
+
+def test_intervals_leave_out_replicates_without_a_denominator():
+    """Replicate rates are sum / denominator; a replicate whose draw holds no item of the metric
+    (denominator 0) has no rate and does not count in n_boot. Worked by hand: column 0 has the
+    rates 1/2, -, 1/4, 1/1; column 1 has none."""
+    from benchmark_illusion.bootstrap import _intervals
+
+    sums = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    counts = np.array([[2.0, 0.0], [0.0, 0.0], [4.0, 0.0], [1.0, 0.0]])
+    n_boot, lo, hi = _intervals(sums, counts, (0.0, 1.0))
+    assert n_boot.tolist() == [3, 0]
+    assert (lo[0], hi[0]) == (0.25, 1.0) and np.isnan(lo[1]) and np.isnan(hi[1])
+    # the median of 1/4, 1/2, 1 is 1/2
+    assert _intervals(sums, counts, (0.5, 0.5))[1][0] == 0.5

@@ -798,3 +798,58 @@ def test_sample_set_options_all_occur_in_their_passage(lang):
         assert_passage_item(item)
         assert set(item["distractor_sources"]) <= {"answer", "span"}
         assert len({_kind(o) for o in item["options"]}) == 1, item["options"]
+
+
+# --- the length window and the order at equal distance (docs/design.md, Items) ------------------
+
+
+def _window(n_tokens):
+    """The documented window by enumeration: every whole number k with n/2 <= k <= 3n/2, in
+    exact integer arithmetic (2k >= n and 2k <= 3n), and at least one token."""
+    ks = [k for k in range(1, 3 * n_tokens + 2) if 2 * k >= n_tokens and 2 * k <= 3 * n_tokens]
+    return (min(ks), max(ks)) if ks else (1, 1)
+
+
+def test_length_range_is_half_to_one_and_a_half_times_the_gold():
+    from benchmark_illusion.items import _length_range
+
+    for n in range(0, 12):
+        got = _length_range(n)
+        assert got == _window(n) and all(type(x) is int for x in got), (n, got)
+    # hand-worked: 1 -> [1, 1], 3 -> [2, 4] (1.5 rounds up, 4.5 down), 4 -> [2, 6]
+    assert (_length_range(1), _length_range(3), _length_range(4)) == ((1, 1), (2, 4), (2, 6))
+
+
+# Numbers written with apostrophes as thousands separators ("5'000'000") are one word of the
+# passage but several judge tokens (apostrophes split words), so a span of 3 tokens needs no
+# neighbouring word; the semicolons keep every number a phrase of its own.
+def _number_item(gold, others, seed):
+    ctx = "Sizes: " + "; ".join([gold, *others]) + "."
+    return build_items(frame([row("n-1", "en", ctx, "How big?", [gold])]), seed=seed)
+
+
+def test_spans_at_the_edges_of_the_length_window():
+    # gold of 2 tokens: window [1, 3]; two spans of 3 tokens are in, two of 4 are not: only two
+    # distractors, so the item is dropped
+    others = ["5'000'000", "7'000'000", "1'000'000'000", "2'000'000'000"]
+    _, report = _number_item("12 500", others, seed=1)
+    assert report["too_few_distractors"] == 1
+    # with a third span of 3 tokens it is built, from the three spans of 3 tokens
+    items, _ = _number_item("12 500", [*others, "9'000'000"], seed=1)
+    assert sorted(distractors_of(items.to_dicts()[0])) == ["5'000'000", "7'000'000", "9'000'000"]
+    # gold of 3 tokens: window [2, 4]; single numbers (1 token, below 3/2) are never taken
+    others = ["1887", "1900", "1950", "2'000", "3'000"]
+    _, report = _number_item("5'000'000", others, seed=1)
+    assert report["too_few_distractors"] == 1
+    items, _ = _number_item("5'000'000", [*others, "4'000"], seed=1)
+    assert sorted(distractors_of(items.to_dicts()[0])) == ["2'000", "3'000", "4'000"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_at_equal_distance_from_the_gold_length_shorter_spans_come_first(seed):
+    # gold of 2 tokens: spans of 1 and of 3 tokens are both 1 away; the three of 1 token come
+    # before the two of 3, whatever the keyed order
+    items, _ = _number_item("12 500", ["5'000'000", "1887", "7'000'000", "1900", "1950"], seed)
+    item = items.to_dicts()[0]
+    assert sorted(distractors_of(item)) == ["1887", "1900", "1950"]
+    assert item["distractor_sources"] == ["span"] * 3

@@ -19,6 +19,7 @@ from benchmark_illusion.judge import (
     named_phrases,
     normalize,
     option_label,
+    sentence_count,
     token_f1,
     tokenize,
 )
@@ -1017,3 +1018,165 @@ def test_echo_share_and_passage_copy_run_at_their_boundaries():
     max_run = 4
     assert _passage_copy("x seine flows through paris and".split(), passage, max_run)  # 5 shared
     assert not _passage_copy("x flows through paris and y".split(), passage, max_run)  # 4
+
+
+# --- the passage copy rule (c) at its boundaries --------------------------------------------------
+
+# 9 tokens; the gold "Paris" (1 token) allows 3 * 1 + 3 = 6 tokens, so a passage copy is a
+# shared run of 7 or more
+HARBOUR = "Boats leave Rahway harbour early then sail past Paris"
+
+
+def test_a_passage_copy_is_a_shared_run_of_more_than_the_length_limit():
+    # the passage's last 7 tokens, exactly one more than the limit: a copy, found at the very
+    # end of the passage
+    copy7 = "harbour early then sail past Paris"
+    pred = "Rahway " + copy7
+    assert len(tokenize(pred, "en")) == 3 * 1 + 3 + 1
+    j = judge(pred, ["Paris"], "en", passage=HARBOUR)
+    assert j.too_long and j.echo and not j.correct
+    # 6 shared tokens and one of its own: too long, but no copied stretch
+    j = judge("Lisbon " + copy7, ["Paris"], "en", passage=HARBOUR)
+    assert j.too_long and not j.echo
+    # a passage of exactly 7 tokens, copied whole
+    short = "Rahway " + copy7
+    assert judge(short, ["Paris"], "en", passage=short).echo
+    # a passage shorter than 7 tokens cannot hold a copy of 7
+    j = judge("one two three four five six seven Paris", ["Paris"], "en", passage=copy7)
+    assert j.too_long and not j.echo
+
+
+# --- an option next to the gold, and an option around the gold ----------------------------------
+
+
+def test_an_option_next_to_the_gold_is_named_and_one_around_it_too():
+    """_inside_gold: only an occurrence that partly overlaps a gold is part of it. "made of" ends
+    where the gold "grey stone" starts (no shared token): named, a hedge. "of grey stone" covers
+    the whole gold, ending where it ends: named (module docstring, "Tesla Motors" around
+    "Tesla"), so a hedge as well."""
+    options = ["grey stone", "made of", "red brick", "oak"]
+    j = judge("made of grey stone", ["grey stone"], "en", options=options)
+    assert j.contains and j.hedge and j.options_named == 2 and not j.correct
+    options = ["grey stone", "of grey stone", "red brick", "oak"]
+    j = judge("of grey stone", ["grey stone"], "en", options=options)
+    assert j.contains and j.hedge and j.options_named == 1 and not j.correct
+
+
+def test_a_phrase_ending_a_longer_option_is_not_named():
+    """Naming an option: "Motors" occurs only inside "Tesla Motors" (at its end, not its start),
+    so only the longer option is named; written apart, both are."""
+    tesla = [["motors"], ["tesla", "motors"]]
+    assert named_phrases(tokenize("Tesla Motors", "en"), tesla) == [False, True]
+    assert named_phrases(tokenize("Motors and Tesla Motors", "en"), tesla) == [True, True]
+
+
+def test_an_option_without_tokens_is_never_a_repeat():
+    # an option that normalises to nothing ("...") can be repeated by nothing
+    j = judge_candidates("The answer is 1427", ["...", "1427", "1500", "1600"], 1, "en")
+    assert j.correct and not j.repeat
+
+
+def test_a_single_copy_of_a_gold_is_not_a_repeat():
+    """`_is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
+    from benchmark_illusion.judge import _is_repeat
+
+    gold = ["new", "york"]
+    assert not _is_repeat(gold, gold)
+    assert _is_repeat(gold * 2, gold) and _is_repeat(gold * 3, gold)
+    assert not _is_repeat(gold * 2 + ["city"], gold) and not _is_repeat(["new"] * 4, gold)
+    assert not _is_repeat(gold, [])
+
+
+def test_without_a_question_or_a_passage_no_echo_rule_applies():
+    """The defaults question="" and passage="": no question to copy, no passage to copy from,
+    whatever the words (a placeholder gold here) and however tight the length limit."""
+    j = judge("Xxxx xxxx xxxx", ["xxxx"], "en")
+    assert j.contains and not j.echo
+    j = judge("Xxxx", ["xxxx"], "en", max_length_factor=0.5, max_length_slack=0)
+    assert j.too_long and not j.echo
+
+
+def test_judge_defaults_are_the_documented_ones():
+    """No question and no passage unless given; too_long at 3 * G + 3 tokens; sentence slack 4
+    (module docstring); `candidates` reads letter labels by default."""
+    import inspect
+
+    def defaults(f):
+        return {
+            name: p.default
+            for name, p in inspect.signature(f).parameters.items()
+            if p.default is not inspect.Parameter.empty
+        }
+
+    common = {"question": "", "passage": "", "max_length_factor": 3.0, "max_length_slack": 3}
+    assert defaults(judge) == {**common, "options": None, "sentence_slack": 4}
+    assert defaults(judge_candidates) == {**common, "letters": True, "sentence_slack": 4}
+
+
+# --- which gold sets the limits, and the sentence verdict at its boundaries ----------------------
+
+Q_BOATS = "When do boats sail?"  # 4 tokens
+
+
+def test_the_limits_use_the_longest_contained_gold():
+    """G is the longest gold the prediction contains: with "city of Paris" (3 tokens) contained
+    beside "Paris", 10 tokens are within 3 * 3 + 3 = 12 and within Q + G + 4 = 4 + 3 + 4 = 11
+    (with G = 1 they would be over both, 6 and 9)."""
+    pred = "they sail to the old city of Paris every single day"
+    assert len(tokenize(pred, "en")) == 10
+    j = judge(pred, ["Paris", "city of Paris"], "en", question=Q_BOATS)
+    assert not j.too_long and not j.sentence_too_long and j.correct and j.correct_sentence
+
+
+def test_a_sentence_of_exactly_question_plus_gold_plus_slack_tokens_is_not_too_long():
+    pred = "they sail from the harbour to Paris every single day"  # Q + G + 4 = 4 + 1 + 4 = 9
+    assert len(tokenize(pred, "en")) == 9
+    j = judge(pred, ["Paris"], "en", question=Q_BOATS)
+    assert not j.sentence_too_long and j.correct_sentence
+    j = judge("so " + pred, ["Paris"], "en", question=Q_BOATS)
+    assert j.sentence_too_long and not j.correct_sentence
+
+
+def test_sentence_copy_at_its_boundaries():
+    """A passage copy around the gold needs at least G + 2 tokens, and fewer than half of the
+    tokens outside the gold in the question (module docstring, sentence_copy)."""
+    where = "Where do the boats go?"  # none of "sail", "past"
+    # G + 1 = 2 tokens of the passage: too short to be a copy
+    assert (
+        judge("past Paris", ["Paris"], "en", question=where, passage=HARBOUR).sentence_copy is False
+    )
+    # G + 2 = 3 tokens, "sail past" not in the question: a copy
+    assert judge("sail past Paris", ["Paris"], "en", question=where, passage=HARBOUR).sentence_copy
+    # the same with "sail" in the question: 1 of the 2 tokens outside the gold, not fewer than
+    # half: no copy
+    j = judge("sail past Paris", ["Paris"], "en", question=Q_BOATS, passage=HARBOUR)
+    assert j.sentence_copy is False
+    # a stretch of the passage without the gold is no copy around it (and no error)
+    j = judge("Boats leave Rahway", ["Paris"], "en", question=where, passage=HARBOUR)
+    assert j.sentence_copy is False and not j.correct_sentence
+
+
+def test_flags_are_booleans_and_judged_is_the_first_line():
+    j = judge("Paris\nLondon", ["Paris"], "en")
+    assert j.judged == "Paris" and j.hedge is False and j.sentence_copy is False
+    # no usable gold: the all-false verdict, still on the judged line
+    assert judge("Paris", [], "en").judged == "Paris"
+
+
+def test_a_correct_short_answer_is_correct_sentence_in_two_sentences_too():
+    """correct_sentence is true whenever correct is, although "Paris. France." is two sentences."""
+    j = judge("Paris. France.", ["Paris"], "en")
+    assert j.correct and j.sentences == 2 and j.correct_sentence is True
+
+
+def test_a_question_of_exactly_three_tokens_copied_is_an_echo():
+    # rule a: Q has at least 3 tokens; the gold is not in the question, so only rule a applies
+    j = judge("Who founded Rahway? Tesla", ["Tesla"], "en", question="Who founded Rahway?")
+    assert j.contains and j.echo and not j.correct
+
+
+def test_sentence_count_after_a_sentence_end():
+    # "... France" is a sentence of its own although its "..." follows "Paris." directly
+    assert sentence_count("Paris. ... France") == 2
+    # "。" ends a sentence with nothing between it and the next one's first character
+    assert sentence_count("好。是。对") == 3

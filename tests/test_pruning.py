@@ -288,3 +288,120 @@ def test_n_of_m_prunes_the_n_smallest_of_every_group_of_real_weights(bundled_mod
         pruned = torch.where(got, groups, 0).sum(2)
         expected = torch.where(want, groups, 0).sum(2)
         assert torch.equal(pruned, expected), name
+
+
+def test_n_of_m_needs_whole_groups_and_says_which():
+    """A row of 6 inputs has no whole groups of 4: refused, naming the dimension and M."""
+    with pytest.raises(ValueError, match=r"input dimension \(6\) to be a multiple of M=4"):
+        lowest_n_of_m(torch.zeros(2, 6), 2, 4)
+
+
+@pytest.mark.parametrize("n,m", [(2, 4), (1, 4), (4, 8)])
+def test_n_of_m_prunes_the_n_smallest_of_every_group(n, m):
+    """Against a per-group argsort (distinct scores, so no ties): the mask holds exactly the n
+    lowest of every m consecutive inputs of a row; a mask of the n largest has the same counts."""
+    scores = torch.randperm(6 * 16, generator=torch.Generator().manual_seed(n * m)).float()
+    scores = scores.reshape(6, 16)
+    groups = scores.reshape(6, 16 // m, m)
+    lowest = torch.argsort(groups, dim=2)[..., :n]
+    want = torch.zeros_like(groups, dtype=torch.bool).scatter_(2, lowest, True)
+    assert torch.equal(lowest_n_of_m(scores, n, m), want.reshape(6, 16))
+
+
+def test_hessian_is_two_x_transpose_x_over_the_tokens_in_fp32():
+    """H = 2 X^T X / n (module docstring), accumulated over batches in fp32. By hand: X = [[1, 2],
+    [3, 4]] then [[0, 1]]: X^T X = [[10, 14], [14, 21]], n = 3."""
+    h = Hessian(2, "cpu")
+    h.add(torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64))
+    h.add(torch.tensor([[[0.0, 1.0]]]))  # [batch, tokens, in]
+    assert h.tokens == 3
+    assert torch.equal(h.value, 2.0 * torch.tensor([[10.0, 14.0], [14.0, 21.0]]) / 3)
+    assert h.value.dtype == torch.float32
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        assert Hessian(2, "cpu").sum.dtype == torch.float32
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_masks_and_hessians_stay_on_the_scores_device():
+    """Made on the device of their input (the meta device stands in for a GPU)."""
+    assert Hessian(3, "meta").sum.device.type == "meta"
+    assert lowest_per_matrix(torch.zeros(2, 4, device="meta"), 0.5).device.type == "meta"
+
+
+# ----------------------------------------------------------------- SparseGPT against plain OBS
+
+
+def reference_sparsegpt(w, h, sparsity, st, blocksize, percdamp):
+    """SparseGPT as the module docstring of pruning/sparsegpt.py states it, in float64 and
+    without the Cholesky shortcut: dead inputs (H_jj = 0) get H_jj = 1 and W[:, j] = 0, H is
+    damped by percdamp * mean(diag H), and column j is eliminated with the optimal-brain-surgeon
+    update over the columns F = j.. still to do, from the explicit inverse of H[F, F]:
+    W[:, F] -= (W[:, j] - kept) / Hinv_F[j, j] * Hinv_F[j, F]. The mask score of a column is
+    w^2 / Hinv_F[j, j], chosen per block (unstructured: the block's lowest fraction) or per
+    group of M at its first column (N:M: the N lowest of each row)."""
+    w, h = w.double().clone(), h.double().clone()
+    dead = torch.diagonal(h) == 0
+    h[dead, dead] = 1.0
+    w[:, dead] = 0.0
+    h += percdamp * torch.diagonal(h).mean() * torch.eye(h.shape[0], dtype=h.dtype)
+    rows, cols = w.shape
+    hinv_jj = torch.tensor([torch.linalg.inv(h[j:, j:])[0, 0] for j in range(cols)])
+    mask = torch.zeros(rows, cols, dtype=torch.bool)
+    for j in range(cols):
+        if not st.is_nm and j % blocksize == 0:
+            b = slice(j, min(j + blocksize, cols))
+            score = (w[:, b] ** 2 / hinv_jj[b]).flatten()
+            k = round(score.numel() * sparsity)
+            block = torch.zeros(score.numel(), dtype=torch.bool)
+            block[torch.argsort(score)[:k]] = True
+            mask[:, b] = block.view(rows, -1)
+        if st.is_nm and j % st.m == 0:
+            g = slice(j, j + st.m)
+            lowest = torch.argsort(w[:, g] ** 2 / hinv_jj[g], dim=1)[:, : st.n]
+            mask[:, g] = torch.zeros(rows, st.m, dtype=torch.bool).scatter_(1, lowest, True)
+        hinv = torch.linalg.inv(h[j:, j:])
+        err = torch.where(mask[:, j], w[:, j], 0.0)  # what pruning removes from column j
+        w[:, j:] -= err[:, None] / hinv[0, 0] * hinv[0, :][None, :]
+        w[:, j] = torch.where(mask[:, j], 0.0, w[:, j])
+    return w, mask
+
+
+def _layer(seed, dead=()):
+    """A weight [8, 16] and the Hessian of 200 small inputs (H_jj about 0.02, so the damping and
+    a dead input's H_jj = 1 weigh in), some inputs never active."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(8, 16, generator=g, dtype=torch.float64)
+    x = 0.1 * torch.randn(200, 16, generator=g, dtype=torch.float64)
+    x[:, list(dead)] = 0.0
+    h = Hessian(16, "cpu")
+    h.add(x)
+    return w, h.value.double()
+
+
+@pytest.mark.parametrize(
+    "st, blocksize, percdamp",
+    [(Structure(), 16, 0.01), (Structure(), 8, 0.1), (Structure(2, 4), 8, 0.05)],
+)
+def test_sparsegpt_equals_plain_obs(st, blocksize, percdamp):
+    w, h = _layer(11, dead=(3, 12))
+    got_w, got_mask = sparsegpt_prune(w, h, 0.5, st, blocksize=blocksize, percdamp=percdamp)
+    want_w, want_mask = reference_sparsegpt(w, h, 0.5, st, blocksize, percdamp)
+    assert got_mask.dtype == torch.bool and torch.equal(got_mask, want_mask)
+    assert got_w.dtype == w.dtype
+    assert torch.allclose(got_w, want_w, rtol=1e-4, atol=1e-5)
+
+
+def test_sparsegpt_defaults_are_blocks_of_128_and_1_percent_damping():
+    """config/README.md: sparsegpt.blocksize 128 (a multiple of 4, so 2:4 runs with it), percdamp
+    0.01. 16 columns fit in one block of 128."""
+    w, h = _layer(12)
+    for st in (Structure(), Structure(2, 4)):
+        got_w, got_mask = sparsegpt_prune(w, h, 0.5, st)
+        want_w, want_mask = reference_sparsegpt(w, h, 0.5, st, 128, 0.01)
+        assert torch.equal(got_mask, want_mask)
+        assert torch.allclose(got_w, want_w, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="blocksize 6 must be a multiple of M=4"):
+        sparsegpt_prune(w, h, 0.5, Structure(2, 4), blocksize=6)

@@ -1404,3 +1404,65 @@ def test_acc_bytes_beside_acc_norm(tmp_path):
         "AND format = 'mc_bytes'"
     ).fetchone()[0]
     assert drop == 0.5  # dense 1, 1, 1, 1 against w 0, 1, 0, 1
+
+
+# --- the Python helpers around the SQL files ------------------------------------------------------
+
+
+def test_metric_settings_at_the_edges_of_their_ranges():
+    """config/README.md: bootstrap_replicates is an integer >= 1, ci_level in (0, 1) (both ends
+    open); accepted settings become the DuckDB variables the SQL files read."""
+    con = duckdb.connect()
+    message = r"bootstrap_replicates must be >= 1 and ci_level in \(0, 1\)"
+    for bad in ({"bootstrap_replicates": 0}, {"ci_level": 0.0}, {"ci_level": 1.0}):
+        with pytest.raises(ValueError, match=message):
+            run_sql_files(con, [], MetricSettings(**bad))
+    variables = (  # ci_level as DOUBLE: DuckDB reads the literal 0.001 as a DECIMAL
+        "SELECT getvariable('bootstrap_seed'), getvariable('bootstrap_replicates'), "
+        "getvariable('ci_level')::DOUBLE"
+    )
+    run_sql_files(con, [], MetricSettings(seed=7, bootstrap_replicates=1, ci_level=0.001))
+    assert con.execute(variables).fetchone() == (7, 1, 0.001)
+    run_sql_files(con, [], MetricSettings(ci_level=0.999))
+    # the defaults of config/README.md: seed 1234, 1000 replicates
+    assert con.execute(variables).fetchone() == (1234, 1000, 0.999)
+
+
+def test_report_files_are_those_named_from_90_on():
+    files = ["a/89_last_table.sql", "b/90_report.sql", "05_first.sql", "c/90", "95_more.sql"]
+    assert split_report_files(files) == (
+        ["a/89_last_table.sql", "05_first.sql"],
+        ["b/90_report.sql", "c/90", "95_more.sql"],
+    )
+
+
+def test_item_drop_rows_of_a_report(tmp_path):
+    """One row per validation reason and one for too_few_distractors; the counters n_input,
+    n_valid and examples are not reasons. Without a "dataset" key the dataset is the report's
+    folder; without an "items" section too_few_distractors is 0."""
+    from benchmark_illusion.aggregate import item_drop_rows
+
+    path = tmp_path / "items" / "squad" / "de.report.json"
+    path.parent.mkdir(parents=True)
+    validation = {"empty_id": 1, "duplicate_id": 2, "n_input": 9, "n_valid": 6, "examples": {}}
+    path.write_text(json.dumps({"validation": validation}))
+    assert item_drop_rows(path) == [
+        ("squad", "de", "empty_id", 1),
+        ("squad", "de", "duplicate_id", 2),
+        ("squad", "de", "too_few_distractors", 0),
+    ]
+    path.write_text(
+        json.dumps(
+            {
+                "dataset": "xquad",
+                "validation": {"answer_not_in_passage": 4, "n_input": 4},
+                "items": {"too_few_distractors": 3},
+            }
+        )
+    )
+    assert item_drop_rows(str(path)) == [
+        ("xquad", "de", "answer_not_in_passage", 4),
+        ("xquad", "de", "too_few_distractors", 3),
+    ]
+    path.write_text("{}")
+    assert item_drop_rows(path) == [("squad", "de", "too_few_distractors", 0)]
