@@ -97,12 +97,12 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     } | CONCEPT_RULES
     # 2 languages x (build, pool, select); import; one prune job per pruned checkpoint, one
     # quantize job per quantized one; every checkpoint (dense too) evaluated per language;
-    # aggregate, figures; 6 concept jobs; and one more for the retried evaluate job. The network
-    # rules ran where snakemake runs (local rules), none went to a compute partition: the
-    # dataset downloads and the calibration text.
+    # aggregate, figures; 6 concept jobs (1 + 1 + 2 + 1 + 1); and one more for the retried
+    # evaluate job. The network rules ran where snakemake runs (local rules), none went to a
+    # compute partition: the dataset downloads and the calibration text.
     n_checkpoints = 1 + N_PRUNED + len(QUANTIZED)
     assert len(submitted) == (
-        2 * 3 + 1 + N_PRUNED + len(QUANTIZED) + 2 * n_checkpoints + 2 + 1 + (1 + 1 + 2 + 1 + 1)
+        2 * 3 + 1 + N_PRUNED + len(QUANTIZED) + 2 * n_checkpoints + 2 + 6 + 1
     )
     local = re.findall(r"^localrule (\w+):", SMOKE["out"], flags=re.M)
     assert {"download_dataset", "calibration_data"} <= set(local)
