@@ -101,9 +101,7 @@ def test_every_job_went_through_slurm_to_its_partition(smoke_run):
     # evaluate job. The network rules ran where snakemake runs (local rules), none went to a
     # compute partition: the dataset downloads and the calibration text.
     n_checkpoints = 1 + N_PRUNED + len(QUANTIZED)
-    assert len(submitted) == (
-        2 * 3 + 1 + N_PRUNED + len(QUANTIZED) + 2 * n_checkpoints + 2 + 6 + 1
-    )
+    assert len(submitted) == (2 * 3 + 1 + N_PRUNED + len(QUANTIZED) + 2 * n_checkpoints + 2 + 6 + 1)
     local = re.findall(r"^localrule (\w+):", SMOKE["out"], flags=re.M)
     assert {"download_dataset", "calibration_data"} <= set(local)
     history = {j["id"]: j for j in squeue_history()}
