@@ -50,7 +50,7 @@ def synthesize(
     import numpy as np
     import polars as pl
 
-    from benchmark_illusion.schema import LOG_SCHEMA
+    from benchmark_illusion.evaluation.schema import LOG_SCHEMA
 
     rng = np.random.default_rng(0)
     gen_files, sel_files, pool_files = [], [], []
@@ -146,7 +146,7 @@ def peak_rss_gib() -> float:
 
 
 def run_one(scale: str, replicates: int) -> dict:
-    from benchmark_illusion.aggregate import MetricSettings, build_database
+    from benchmark_illusion.metrics.aggregate import MetricSettings, build_database
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

@@ -167,8 +167,8 @@ def _fmt(x) -> str:
 
 def our_eval(model, tok, items, formats, batch_size):
     """Our evaluation of `items` in `formats` (no recovery): (log, seconds)."""
-    from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items
-    from benchmark_illusion.settings import RecoverySettings
+    from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
+    from benchmark_illusion.evaluation.settings import RecoverySettings
 
     s = EvalSettings(formats=formats, batch_size=batch_size, recovery=RecoverySettings.only())
     t0 = time.perf_counter()
@@ -199,7 +199,7 @@ def lmeval(model_dir, requests: dict, args) -> dict:
 
 def prompts(tok, items, fmt="open"):
     """Prompt texts and the continuation separator, as the pipeline builds them."""
-    from benchmark_illusion.prompts import PromptSettings, build_prompt
+    from benchmark_illusion.evaluation.prompts import PromptSettings, build_prompt
 
     ps = PromptSettings()
     return [build_prompt(tok, ps, r, fmt) for r in items.to_dicts()], ps.continuation_sep
@@ -366,9 +366,9 @@ model, tok = bench.bundled()
 items = pl.read_parquet(sys.argv[1])
 which = sys.argv[2]
 if which == 'batch':
-    from benchmark_illusion import engine
-    from benchmark_illusion.decoding import Tokens
-    from benchmark_illusion.settings import EvalSettings
+    from benchmark_illusion.evaluation import engine
+    from benchmark_illusion.evaluation.decoding import Tokens
+    from benchmark_illusion.evaluation.settings import EvalSettings
     texts, _ = bench.prompts(tok, items)
     toks = Tokens(tok, EvalSettings().prompt)
     engine.prefill(model, [toks.encode(t) for t in texts[:{args.batch_size}]], toks.pad_id)
@@ -428,8 +428,8 @@ def _first_diff(a: dict, b: dict) -> int | None:
 def _calibration_split(model_dir, args):
     """(dense model, tokenizer, calibration windows, held-out windows): calibration from the
     first half of the items' passages, held-out perplexity windows from the other half."""
-    from benchmark_illusion.calibration import make_windows
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.compression.calibration import make_windows
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     model, tok = load_checkpoint(model_dir)
     docs = _passages(items_source()[0])
@@ -442,13 +442,13 @@ def _calibration_split(model_dir, args):
 def section_prune(table, model_dir, args):
     from safetensors.torch import save_file
 
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.pruning.layerwise import (
+    from benchmark_illusion.compression.pruning.layerwise import (
         PruneSettings,
         decoder_layers,
         prunable_linears,
         prune_model,
     )
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     py = anchor_python("llmc")
     model, tok, calib, held = _calibration_split(model_dir, args)
@@ -533,13 +533,13 @@ def section_quant(table, model_dir, args):
     import torch
     from safetensors.torch import load_file, save_file
 
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.quantization import (
+    from benchmark_illusion.compression.quantization import (
         Grid,
         QuantizeSettings,
         distinct_per_group,
         quantize_model,
     )
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     py = anchor_python("llmc")
     model, tok, calib, held = _calibration_split(model_dir, args)

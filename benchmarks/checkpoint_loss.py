@@ -15,8 +15,8 @@ from pathlib import Path
 
 import torch
 
-from benchmark_illusion.calibration import make_windows
-from benchmark_illusion.models import load_checkpoint
+from benchmark_illusion.compression.calibration import make_windows
+from benchmark_illusion.models.checkpoints import load_checkpoint
 
 
 def main() -> None:

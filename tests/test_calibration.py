@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from benchmark_illusion.calibration import (
+from benchmark_illusion.compression.calibration import (
     CalibrationError,
     heldout_passages,
     make_windows,
@@ -56,7 +56,7 @@ def test_c4_hub_loader_reads_a_local_folder_laid_out_like_the_hub(tmp_path, monk
     import gzip
     import json
 
-    from benchmark_illusion.calibration import C4_DEFAULT, c4_documents
+    from benchmark_illusion.compression.calibration import C4_DEFAULT, c4_documents
 
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     shard = tmp_path / "c4" / C4_DEFAULT["data_files"]
@@ -71,7 +71,7 @@ def test_c4_hub_loader_reads_a_local_folder_laid_out_like_the_hub(tmp_path, monk
 
 
 def test_c4_hub_without_network_names_the_alternatives(tmp_path):
-    from benchmark_illusion.calibration import c4_documents
+    from benchmark_illusion.compression.calibration import c4_documents
 
     with pytest.raises(CalibrationError, match="text_files or heldout_items"):
         c4_documents({"hub_id": str(tmp_path / "no-such-dataset")}, max_docs=3)

@@ -15,7 +15,8 @@ import torch
 import yaml
 from safetensors.torch import save_file
 
-from benchmark_illusion.cluster import (
+from benchmark_illusion.config.validate import load_config
+from benchmark_illusion.scheduling.cluster import (
     DEFAULT_PARAMS_B,
     DEFAULT_SHAPE,
     MODEL_JOB_THREADS,
@@ -30,7 +31,6 @@ from benchmark_illusion.cluster import (
     parameter_count,
     runs_on_gpu,
 )
-from benchmark_illusion.config import load_config
 from dag import planned_jobs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from benchmark_illusion import variants
-from benchmark_illusion.sources import ModelSourceError
+from benchmark_illusion.models import variants
+from benchmark_illusion.models.sources import ModelSourceError
 from conftest import make_tiny_model
 
 pytest.importorskip("compressed_tensors")

@@ -26,15 +26,15 @@ import pytest
 import yaml
 
 from benchmark_illusion.__main__ import main
-from benchmark_illusion.competency import (
+from benchmark_illusion.concepts.gaps import (
     GapSettings,
     bh_qvalues,
     load_concept_tables,
     load_sae_fits,
     run_concept_sql,
 )
-from benchmark_illusion.config import ConfigError, validate_config
-from benchmark_illusion.figures import _concept_damage_figure
+from benchmark_illusion.config.validate import ConfigError, validate_config
+from benchmark_illusion.metrics.figures import _concept_damage_figure
 from test_concepts_sql import concept_files
 from test_config import minimal
 from test_sql import build, row

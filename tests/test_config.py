@@ -1,6 +1,6 @@
 """Config validation: every malformed config fails before any job starts, naming key and problem.
 
-Most cases go through `benchmark_illusion.config.validate_config` (a dict in, ConfigError
+Most cases go through `benchmark_illusion.config.validate.validate_config` (a dict in, ConfigError
 out). A few run the real CLI (`snakemake -n` in a temporary working directory) to show that
 the Snakefile fails the same way, that no job runs, and that a `--configfile` replaces the
 embedded default instead of being merged into it.
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from benchmark_illusion.config import (
+from benchmark_illusion.config.validate import (
     SCHEMA_PATH,
     ConfigError,
     load_config,
@@ -751,7 +751,7 @@ def _plain(value):
 SETTINGS_IN_SCHEMA = [
     # (dataclass, {field: schema key}); fields left out are listed in NOT_IN_SCHEMA with the reason
     (
-        "benchmark_illusion.settings.EvalSettings",
+        "benchmark_illusion.evaluation.settings.EvalSettings",
         {
             "formats": "evaluation.formats",
             "batch_size": "evaluation.batch_size",
@@ -767,7 +767,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.settings.RecoverySettings",
+        "benchmark_illusion.evaluation.settings.RecoverySettings",
         {
             k: f"evaluation.recovery.{k}"
             for k in (
@@ -784,7 +784,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.prompts.PromptSettings",
+        "benchmark_illusion.evaluation.prompts.PromptSettings",
         {
             k: f"prompt.{k}"
             for k in (
@@ -797,7 +797,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.pruning.layerwise.PruneSettings",
+        "benchmark_illusion.compression.pruning.layerwise.PruneSettings",
         {
             "batch_size": "pruning.batch_size",
             "blocksize": "pruning.sparsegpt.blocksize",
@@ -805,7 +805,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.quantization.QuantizeSettings",
+        "benchmark_illusion.compression.quantization.QuantizeSettings",
         {
             "batch_size": "quantization.batch_size",
             "blocksize": "quantization.gptq.blocksize",
@@ -815,11 +815,11 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.quantization.Grid",
+        "benchmark_illusion.compression.quantization.Grid",
         {"group_size": "quantization.group_size", "symmetric": "quantization.symmetric"},
     ),
     (
-        "benchmark_illusion.aggregate.MetricSettings",
+        "benchmark_illusion.metrics.aggregate.MetricSettings",
         {
             "seed": "seed",
             "bootstrap_replicates": "metrics.bootstrap_replicates",
@@ -827,7 +827,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.competency.GapSettings",
+        "benchmark_illusion.concepts.gaps.GapSettings",
         {
             **{
                 k: f"concepts.gaps.{k}"
@@ -846,7 +846,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.sae_train.TrainSettings",
+        "benchmark_illusion.concepts.sae_train.TrainSettings",
         {
             **{
                 k: f"concepts.sae.{k}"
@@ -886,7 +886,7 @@ def test_dataclass_defaults_are_the_schemas(cls_path, keys):
     """Defaults live in the schema; a settings dataclass may repeat one only if it is equal."""
     import importlib
 
-    from benchmark_illusion.config import schema_defaults
+    from benchmark_illusion.config.validate import schema_defaults
 
     module, name = cls_path.rsplit(".", 1)
     cls = getattr(importlib.import_module(module), name)
@@ -911,7 +911,7 @@ def test_config_yaml_repeats_no_default_with_another_value():
     """config/config.yaml may spell out a default for readers, but never a different value
     silently: every key it sets to something other than the schema's default is a deliberate
     choice listed here."""
-    from benchmark_illusion.config import schema_defaults
+    from benchmark_illusion.config.validate import schema_defaults
 
     chosen = {
         "items.pool_max": 300,

@@ -1,4 +1,4 @@
-"""Tests for the dataset loaders in benchmark_illusion.data.
+"""Tests for the dataset loaders in benchmark_illusion.data.loaders.
 
 No test touches the network or a shared data folder: hub sources are exercised through
 local folders laid out like the hub repositories (see `write_hub_mirror`), and every
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-from benchmark_illusion.data import (
+from benchmark_illusion.data.loaders import (
     HUB_LANGUAGES,
     RAW_SCHEMA,
     TYDIQA_LANGUAGES,

@@ -1,7 +1,7 @@
-"""The results database survives its readers (benchmark_illusion.dbfile): a process holding it
-read-write stops a rebuild before any work, a stale write-ahead log never makes the new file
-unreadable, a failed build leaves the last good copy readable and says so, a damaged Parquet log
-is named with the command that writes it again, and the CLI's errors are one line. Real DuckDB
+"""The results database survives its readers (benchmark_illusion.metrics.dbfile): a process
+holding it read-write stops a rebuild before any work, a stale write-ahead log never makes the new
+file unreadable, a failed build leaves the last good copy readable and says so, a damaged Parquet
+log is named with the command that writes it again, and the CLI's errors are one line. Real DuckDB
 files and real second processes."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 import pytest
 
-from benchmark_illusion import dbfile
+from benchmark_illusion.metrics import dbfile
 
 HOLD = """
 import duckdb, sys, time

@@ -28,8 +28,8 @@ import polars as pl
 import pytest
 import yaml
 
-from benchmark_illusion import dbfile
-from benchmark_illusion.evaluate import LOG_SCHEMA
+from benchmark_illusion.evaluation.evaluate import LOG_SCHEMA
+from benchmark_illusion.metrics import dbfile
 from conftest import swap_two_tokens
 from dag import planned_jobs
 from slurm.helpers import skip_reason, squeue_history
@@ -132,7 +132,8 @@ def test_a_cancelled_job_is_retried_with_more_memory_and_time(smoke_run):
     )
     assert [j["state"] for j in same] == ["CANCELLED", "COMPLETED"]
     assert "Trying to restart job" in SMOKE["out"]
-    # the retry asked for twice the memory and time (attempt 2; src/benchmark_illusion/cluster.py):
+    # the retry asked for twice the memory and time (attempt 2;
+    # src/benchmark_illusion/scheduling/cluster.py):
     # every evaluate job of the one model asks the same at attempt 1, the retried one twice that
     asks = {
         (int(m), int(r))
@@ -386,12 +387,13 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from benchmark_illusion import concepts, pipeline
-    from benchmark_illusion import params as rule_params
-    from benchmark_illusion.config import load_config
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.pruning.layerwise import decoder_layers, prune_model
-    from benchmark_illusion.quantization import quantize_model
+    from benchmark_illusion import pipeline
+    from benchmark_illusion.compression.pruning.layerwise import decoder_layers, prune_model
+    from benchmark_illusion.compression.quantization import quantize_model
+    from benchmark_illusion.concepts import activations as concepts
+    from benchmark_illusion.config import params as rule_params
+    from benchmark_illusion.config.validate import load_config
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     work, cfg = smoke_run
     config = load_config(cfg, root=ROOT)
@@ -537,8 +539,8 @@ def test_8_bit_changes_held_out_perplexity_by_under_one_percent(smoke_run):
 
     import torch
 
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.quantization import Grid, QuantizeSettings, quantize_model
+    from benchmark_illusion.compression.quantization import Grid, QuantizeSettings, quantize_model
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     work, _ = smoke_run
     dense, tok = load_checkpoint(work / "resources/models/smollm2-135m")
@@ -1082,12 +1084,12 @@ def test_smoke_sae_reaches_the_floor_beats_pca_and_reloads_identically(smoke_run
 
     import torch
 
-    from benchmark_illusion import concepts as C
-    from benchmark_illusion import residual, sae_train
-    from benchmark_illusion import sae as S
-    from benchmark_illusion.engine import pad_id
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.prompts import PromptSettings
+    from benchmark_illusion.concepts import activations as C
+    from benchmark_illusion.concepts import residual, sae_train
+    from benchmark_illusion.concepts import sae as S
+    from benchmark_illusion.evaluation.engine import pad_id
+    from benchmark_illusion.evaluation.prompts import PromptSettings
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     work, _ = smoke_run
     out = work / "results/concepts/smollm2-135m/sae"
@@ -1144,10 +1146,10 @@ def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
     import torch
     from sae_lens import SAE
 
-    from benchmark_illusion import params as rule_params
-    from benchmark_illusion.config import load_config
-    from benchmark_illusion.sae import open_sae
-    from benchmark_illusion.sae_build import build_sae
+    from benchmark_illusion.concepts.sae import open_sae
+    from benchmark_illusion.concepts.sae_build import build_sae
+    from benchmark_illusion.config import params as rule_params
+    from benchmark_illusion.config.validate import load_config
 
     work, cfg = smoke_run
     src = work / "results/concepts/smollm2-135m/sae"

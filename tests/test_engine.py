@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmark_illusion import engine
+from benchmark_illusion.evaluation import engine
 from conftest import make_tiny_model
 
 PAD = 2

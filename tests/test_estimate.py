@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmark_illusion.estimate import Timing, plan, wall_seconds
+from benchmark_illusion.scheduling.estimate import Timing, plan, wall_seconds
 
 
 def config(**over):

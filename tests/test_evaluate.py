@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion.decoding import judge_row
-from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, evaluate_items
-from benchmark_illusion.prompts import PromptSettings, build_prompt
+from benchmark_illusion.evaluation.decoding import judge_row
+from benchmark_illusion.evaluation.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, evaluate_items
+from benchmark_illusion.evaluation.prompts import PromptSettings, build_prompt
 from conftest import make_tiny_model
 
 ITEMS = [
@@ -244,9 +244,9 @@ def test_ranked_gold_token_is_never_whitespace_on_the_real_tokenizer(
 ):
     """Golds in six scripts under the real open prompt: the ranked token carries text; byte pieces
     are flagged."""
-    from benchmark_illusion.decoding import Tokens
-    from benchmark_illusion.engine import ContinuationScores
-    from benchmark_illusion.evaluate import _gold_continuations, _gold_rank
+    from benchmark_illusion.evaluation.decoding import Tokens
+    from benchmark_illusion.evaluation.engine import ContinuationScores
+    from benchmark_illusion.evaluation.evaluate import _gold_continuations, _gold_rank
 
     toks = Tokens(bundled_tokenizer, PromptSettings())
     item = dict(ITEMS[0], answers=[gold])
@@ -291,7 +291,7 @@ def test_token_caps_bound_batches_and_decode_groups_without_changing_results(
     tiny, bundled_tokenizer, items, monkeypatch
 ):
     """batch_tokens and decode_tokens only cut batches and decode groups: the same rows."""
-    from benchmark_illusion import engine
+    from benchmark_illusion.evaluation import engine
 
     stacked = []
     real_stack = engine.stack
@@ -495,10 +495,10 @@ def test_bfloat16_on_cpu_batch_1_and_6_agree_within_a_stated_tolerance(bundled_m
     option log-likelihoods agree within BF16_LL_TOLERANCE; the decisions that differ (MC pick,
     greedy answer, gold rank) are counted and printed, not hidden. In float32 batching changes
     no decision (test_batching_does_not_change_results)."""
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.items import build_items, validate_rows
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.recovery import RecoverySettings
+    from benchmark_illusion.data.items import build_items, validate_rows
+    from benchmark_illusion.data.loaders import load_raw
+    from benchmark_illusion.evaluation.recovery import RecoverySettings
+    from benchmark_illusion.models.checkpoints import load_checkpoint
     from conftest import ROOT
 
     model, tok = load_checkpoint(bundled_model_dir, "bfloat16")
@@ -547,10 +547,10 @@ def test_float16_on_cpu_agrees_with_float32_within_a_stated_tolerance(bundled_mo
     (no float16 overflow in the activations) and within FP16_LL_TOLERANCE of float32; the
     decisions that differ (MC pick, greedy answer, gold rank) are counted and printed, not
     hidden."""
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.items import build_items, validate_rows
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.recovery import RecoverySettings
+    from benchmark_illusion.data.items import build_items, validate_rows
+    from benchmark_illusion.data.loaders import load_raw
+    from benchmark_illusion.evaluation.recovery import RecoverySettings
+    from benchmark_illusion.models.checkpoints import load_checkpoint
     from conftest import ROOT
 
     raw = load_raw(
@@ -591,7 +591,7 @@ def test_acc_norm_is_per_character_and_acc_bytes_per_byte():
     """Where an option's bytes and characters disagree (a CJK name against Latin digits), the two
     normalisations can pick different options; lm-evaluation-harness calls the per-character one
     acc_norm and the per-byte one acc_bytes."""
-    from benchmark_illusion.evaluate import _mc_rows
+    from benchmark_illusion.evaluation.evaluate import _mc_rows
 
     class Score:
         def __init__(self, total):
@@ -619,7 +619,7 @@ def test_the_judges_length_limits_reach_its_verdicts(tiny, bundled_tokenizer, it
     """judge.max_length_factor and max_length_slack (EvalSettings) decide `too_long` in the rows:
     with limits no answer reaches, none is too long; with a limit of zero tokens every non-empty
     answer is (a judge left at its defaults, 3x the gold + 3, would pass some of them)."""
-    from benchmark_illusion.recovery import RecoverySettings
+    from benchmark_illusion.evaluation.recovery import RecoverySettings
 
     def rows(factor: float, slack: int) -> pl.DataFrame:
         s = EvalSettings(
@@ -644,8 +644,8 @@ def test_the_system_prompt_reaches_the_rendered_prompt_and_its_tokens(bundled_to
     """prompt.system_prompt replaces the chat template's default system turn: the configured text
     is in the prompt the model reads, where SmolLM2's own default is not, and without it the
     template's default comes back."""
+    from benchmark_illusion.evaluation.prompts import render
     from benchmark_illusion.pipeline import eval_settings
-    from benchmark_illusion.prompts import render
 
     mine = "Reply with the answer only, in the passage's words."
     params = {

@@ -13,11 +13,11 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 
-from benchmark_illusion import figures
-from benchmark_illusion.aggregate import MetricSettings, create_views, run_metric_sql
-from benchmark_illusion.competency import GapSettings
-from benchmark_illusion.figures import FIGURES, make_figures
-from benchmark_illusion.schema import LOG_SCHEMA
+from benchmark_illusion.concepts.gaps import GapSettings
+from benchmark_illusion.evaluation.schema import LOG_SCHEMA
+from benchmark_illusion.metrics import figures
+from benchmark_illusion.metrics.aggregate import MetricSettings, create_views, run_metric_sql
+from benchmark_illusion.metrics.figures import FIGURES, make_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
@@ -183,8 +183,8 @@ def test_figures_with_every_item_decoded(tmp_path):
 
 
 def test_quantized_checkpoints_are_drawn_by_size_and_kept_out_of_the_sparsity_figures(tmp_path):
-    from benchmark_illusion.aggregate import connect
-    from benchmark_illusion.figures import _methods
+    from benchmark_illusion.metrics.aggregate import connect
+    from benchmark_illusion.metrics.figures import _methods
 
     grid = [
         ("wanda", "unstructured", 0.5),

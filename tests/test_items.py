@@ -1,4 +1,4 @@
-"""Tests for benchmark_illusion.items: row validation, answer comparisons and item building."""
+"""Tests for benchmark_illusion.data.items: row validation, answer comparisons and item building."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from benchmark_illusion.data import load_raw
-from benchmark_illusion.items import (
+from benchmark_illusion.data.items import (
     _kind,
     build_items,
     is_numeric,
@@ -18,7 +17,8 @@ from benchmark_illusion.items import (
     split_sentences,
     validate_rows,
 )
-from benchmark_illusion.judge import tokenize
+from benchmark_illusion.data.loaders import load_raw
+from benchmark_illusion.evaluation.judge import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -671,7 +671,7 @@ def test_item_without_three_distractors_of_its_kind_is_dropped_with_its_reason(t
     assert old_report["too_few_distractors"] == 0
     assert {"Lorbeck", "Anton Berg"} <= set(by_id(old)["c-1"]["options"])
     # The items report the pipeline writes (read into the item_drops table) carries the count.
-    from benchmark_illusion import datasteps
+    from benchmark_illusion.data import steps as datasteps
 
     frame(rows).write_parquet(tmp_path / "raw.parquet")
     datasteps.build_items_file(
@@ -811,7 +811,7 @@ def _window(n_tokens):
 
 
 def test_length_range_is_half_to_one_and_a_half_times_the_gold():
-    from benchmark_illusion.items import _length_range
+    from benchmark_illusion.data.items import _length_range
 
     for n in range(0, 12):
         got = _length_range(n)

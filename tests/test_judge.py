@@ -1,4 +1,5 @@
-"""Tests for benchmark_illusion.judge: normalisation, tokens, metrics and the echo/length rules."""
+"""Tests for benchmark_illusion.evaluation.judge: normalisation, tokens, metrics and the echo and
+length rules."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from benchmark_illusion.judge import (
+from benchmark_illusion.evaluation.judge import (
     Judgement,
     contains,
     exact_match,
@@ -799,15 +800,15 @@ def test_candidates_cjk_label_punctuation(output):
 
 
 def test_label_letters_are_the_prompt_letters():
-    from benchmark_illusion.judge import LABEL_LETTERS
-    from benchmark_illusion.prompts import LETTERS
+    from benchmark_illusion.evaluation.judge import LABEL_LETTERS
+    from benchmark_illusion.evaluation.prompts import LETTERS
 
     assert LABEL_LETTERS == LETTERS == "ABCDEFGH"
 
 
 def test_restating_the_question_subject_is_not_a_hedge():
     """Passage-span distractors can be the question's subject; a declarative answer names it."""
-    from benchmark_illusion.judge import judge, judge_candidates
+    from benchmark_illusion.evaluation.judge import judge, judge_candidates
 
     q = "Which river does the Pellan Bridge cross?"
     options = ["Pellan Bridge", "grey stone", "Sorr River", "1931"]
@@ -842,7 +843,7 @@ def test_restating_the_question_subject_is_not_a_hedge():
 
 
 def test_a_distractor_overlapping_the_gold_as_written_is_not_a_hedge():
-    from benchmark_illusion.judge import judge
+    from benchmark_illusion.evaluation.judge import judge
 
     options = ["of grey", "Sorr River", "grey stone", "1931"]
     j = judge(
@@ -937,7 +938,7 @@ def test_two_sentences_or_a_ramble_are_rejected(lang, question, gold, options, a
 
 
 def test_sentence_count_rules():
-    from benchmark_illusion.judge import sentence_count
+    from benchmark_illusion.evaluation.judge import sentence_count
 
     assert sentence_count("It is 1.5 km long.") == 1  # a decimal point ends nothing
     assert sentence_count("Mt. Elbrin was climbed by J. Strobel.") == 1  # abbreviations
@@ -1005,7 +1006,7 @@ def test_echo_share_and_passage_copy_run_at_their_boundaries():
     question (3 >= 0.6 x 5), of a 6-token answer they do not (3 < 3.6). Rule c: an answer sharing
     max_run + 1 consecutive passage tokens copies it, max_run tokens do not. Either threshold
     moved by one step changes one of these verdicts."""
-    from benchmark_illusion.judge import _passage_copy, _question_echo
+    from benchmark_illusion.evaluation.judge import _passage_copy, _question_echo
 
     question = ["which", "river", "runs", "through", "paris"]
     gold = [["paris"]]  # the gold is in the question: the condition of rule b
@@ -1078,7 +1079,7 @@ def test_an_option_without_tokens_is_never_a_repeat():
 
 def test_a_single_copy_of_a_gold_is_not_a_repeat():
     """`_is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
-    from benchmark_illusion.judge import _is_repeat
+    from benchmark_illusion.evaluation.judge import _is_repeat
 
     gold = ["new", "york"]
     assert not _is_repeat(gold, gold)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from benchmark_illusion.manifest import LOADED, after_run, job_devices, summary_rows
-from benchmark_illusion.models import where
+from benchmark_illusion.models.checkpoints import where
 from test_sql import _file_db, db  # noqa: F401  (db: the hand-built metric database)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,12 @@ import json
 import pytest
 import torch
 
-from benchmark_illusion.models import ModelSourceError, import_model, load_checkpoint, resolve_gguf
+from benchmark_illusion.models.checkpoints import (
+    ModelSourceError,
+    import_model,
+    load_checkpoint,
+    resolve_gguf,
+)
 from conftest import BUNDLED
 
 pytestmark = pytest.mark.e2e
@@ -96,7 +101,7 @@ def split_packages(root, monkeypatch):
 
 
 def test_a_split_gguf_package_says_what_it_holds_and_how_to_assemble(tmp_path, monkeypatch):
-    from benchmark_illusion.config import semantic_errors
+    from benchmark_illusion.config.validate import semantic_errors
 
     split_packages(tmp_path, monkeypatch)
     with pytest.raises(ModelSourceError) as err:
@@ -137,7 +142,7 @@ def test_a_package_with_several_gguf_files_lists_them(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: cuda is valid here")
 def test_an_explicit_cuda_device_without_a_gpu_fails_instead_of_running_on_the_cpu():
-    from benchmark_illusion.models import resolve_device
+    from benchmark_illusion.models.checkpoints import resolve_device
 
     assert resolve_device("auto") == "cpu"
     with pytest.raises(RuntimeError, match="torch sees no GPU"):

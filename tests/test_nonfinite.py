@@ -11,12 +11,13 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion import engine, pipeline
-from benchmark_illusion import params as rule_params
-from benchmark_illusion.decoding import Tokens, stop_rule
-from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items
-from benchmark_illusion.prompts import PromptSettings
-from benchmark_illusion.recovery import RecoverySettings, recovery_rows
+from benchmark_illusion import pipeline
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.evaluation import engine
+from benchmark_illusion.evaluation.decoding import Tokens, stop_rule
+from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
+from benchmark_illusion.evaluation.prompts import PromptSettings
+from benchmark_illusion.evaluation.recovery import RecoverySettings, recovery_rows
 from conftest import make_tiny_model
 from test_evaluate import ITEMS
 from test_pipeline_steps import Strict, config, item_file, tiny_dir  # noqa: F401 (fixtures)

@@ -8,11 +8,21 @@ import math
 import polars as pl
 import pytest
 
-from benchmark_illusion import params as rule_params
-from benchmark_illusion.decoding import Tokens
-from benchmark_illusion.evaluate import EvalSettings, RunMeta, evaluate_items, naive_logprob
-from benchmark_illusion.prompts import OPEN_INSTRUCTION, PromptSettings, build_prompt, prompt_id
-from benchmark_illusion.settings import FORMATS
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.evaluation.decoding import Tokens
+from benchmark_illusion.evaluation.evaluate import (
+    EvalSettings,
+    RunMeta,
+    evaluate_items,
+    naive_logprob,
+)
+from benchmark_illusion.evaluation.prompts import (
+    OPEN_INSTRUCTION,
+    PromptSettings,
+    build_prompt,
+    prompt_id,
+)
+from benchmark_illusion.evaluation.settings import FORMATS
 from conftest import BUNDLED, ROOT, make_tiny_model
 from test_sql import DENSE, POOL, PRUNED, build, row
 
@@ -223,7 +233,7 @@ def test_nopassage_rows_beside_open_and_mc(tiny, bundled_tokenizer):
 
 
 def test_the_pool_never_runs_it_and_carries_the_same_hash():
-    from benchmark_illusion.config import validate_config
+    from benchmark_illusion.config.validate import validate_config
     from benchmark_illusion.pipeline import eval_config_hash
 
     config = validate_config(
@@ -361,14 +371,14 @@ def test_without_nopassage_rows_the_columns_are_null(tmp_path):
 
 @pytest.fixture(scope="module")
 def real(bundled_model_dir):
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     return load_checkpoint(bundled_model_dir, "float32")
 
 
 def _sample_items(lang: str, n: int) -> pl.DataFrame:
-    from benchmark_illusion.data import load_raw
-    from benchmark_illusion.items import build_items, validate_rows
+    from benchmark_illusion.data.items import build_items, validate_rows
+    from benchmark_illusion.data.loaders import load_raw
 
     raw = load_raw(
         {"source": "squad_json", "path": str(ROOT / "resources/sample_qa/{lang}.json")}, lang

@@ -15,12 +15,16 @@ import torch
 import yaml
 from torch import nn
 
-from benchmark_illusion import params as rule_params
-from benchmark_illusion import perturbation
-from benchmark_illusion.aggregate import create_views, run_metric_sql
-from benchmark_illusion.perturbation import parse_perturbed, perturb_model, perturbed_method
-from benchmark_illusion.pruning.layerwise import PruneSettings, prune_model
-from benchmark_illusion.structures import parse_structure
+from benchmark_illusion.compression import perturbation
+from benchmark_illusion.compression.perturbation import (
+    parse_perturbed,
+    perturb_model,
+    perturbed_method,
+)
+from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
+from benchmark_illusion.compression.structures import parse_structure
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.metrics.aggregate import create_views, run_metric_sql
 from conftest import ROOT, make_tiny_model
 from dag import planned_jobs
 from test_sql import DENSE, POOL, PRUNED, SQL, frame, row, selected_file
@@ -96,8 +100,8 @@ def test_linears_the_compression_left_alone_are_not_perturbed(tiny_pair):
 
 
 def test_a_quantized_source_is_matched_too(tmp_path):
-    from benchmark_illusion.quantization import QuantizeSettings, quantize_model
-    from benchmark_illusion.structures import parse_grid
+    from benchmark_illusion.compression.quantization import QuantizeSettings, quantize_model
+    from benchmark_illusion.compression.structures import parse_grid
 
     dense = make_tiny_model(128, layers=1)
     quant = copy.deepcopy(dense)
@@ -382,9 +386,10 @@ def test_default_config_plans_one_twin_and_its_evaluations_per_checkpoint_and_se
 
 
 def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_model_dir, tmp_path):
-    from benchmark_illusion import datasteps, pipeline
-    from benchmark_illusion.config import validate_config
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion import pipeline
+    from benchmark_illusion.config.validate import validate_config
+    from benchmark_illusion.data import steps as datasteps
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     cfg = validate_config(
         {
@@ -468,7 +473,7 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
 def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
     import duckdb as db_
 
-    from benchmark_illusion.figures import _methods, make_figures
+    from benchmark_illusion.metrics.figures import _methods, make_figures
     from test_figures import assert_pngs, database
 
     grid = [

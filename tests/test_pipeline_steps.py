@@ -2,7 +2,7 @@
 
 A rule's params are Snakemake's re-run triggers, so a step that read a config key its params
 do not carry would give stale results silently when that key changed. Here every step runs on
-a tiny model with exactly the params its rule passes (benchmark_illusion.params, which
+a tiny model with exactly the params its rule passes (benchmark_illusion.config.params, which
 workflow/rules/common.smk calls), wrapped so that reading any other key raises.
 """
 
@@ -15,9 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from benchmark_illusion import datasteps, pipeline
-from benchmark_illusion import params as rule_params
-from benchmark_illusion.config import validate_config
+from benchmark_illusion import pipeline
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.config.validate import validate_config
+from benchmark_illusion.data import steps as datasteps
 from benchmark_illusion.io import write_parquet
 from conftest import BUNDLED, ROOT, heavy_imports, make_tiny_model
 
@@ -180,9 +181,9 @@ def test_calibration_and_every_pruning_method_read_only_their_params(
 def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bits(
     config, tiny_dir, item_file, tmp_path
 ):
-    from benchmark_illusion.models import load_checkpoint
-    from benchmark_illusion.quantization import distinct_per_group
-    from benchmark_illusion.structures import parse_grid
+    from benchmark_illusion.compression.quantization import distinct_per_group
+    from benchmark_illusion.compression.structures import parse_grid
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     windows = calibration_windows(config, tiny_dir, item_file, tmp_path)
     dense, _ = load_checkpoint(tiny_dir)
@@ -335,14 +336,14 @@ def test_select_items_keeps_open_and_mc_correct_items_capped_in_seeded_order(tmp
 def test_evaluate_with_no_items_writes_an_empty_log_without_torch_or_a_model(tmp_path, config):
     """The evaluate script's early exit (a language where the dense model got nothing right):
     the log has the schema and no rows, and the check imports neither torch nor a model."""
-    from benchmark_illusion.schema import LOG_SCHEMA
+    from benchmark_illusion.evaluation.schema import LOG_SCHEMA
 
     write_parquet(
         pl.DataFrame({"item_id": []}, schema={"item_id": pl.Utf8}), tmp_path / "e.parquet"
     )
     write_parquet(pl.DataFrame({"item_id": ["a"]}), tmp_path / "one.parquet")
     code = (
-        "from benchmark_illusion.schema import write_empty_log_if_no_items as f\n"
+        "from benchmark_illusion.evaluation.schema import write_empty_log_if_no_items as f\n"
         f"print(f({str(tmp_path / 'e.parquet')!r}, {str(tmp_path / 'out.parquet')!r}),"
         f" f({str(tmp_path / 'one.parquet')!r}, {str(tmp_path / 'none.parquet')!r}))"
     )
@@ -396,7 +397,10 @@ def test_the_light_rules_import_no_torch():
         text = (ROOT / "workflow/scripts" / f"{rule}.py").read_text()
         for line in re.findall(r"^from benchmark_illusion import (.+)$", text, flags=re.M):
             modules |= {f"benchmark_illusion.{m.strip()}" for m in line.split(",")}
-    assert "benchmark_illusion.datasteps" in modules and "benchmark_illusion.aggregate" in modules
+    assert (
+        "benchmark_illusion.data.steps" in modules
+        and "benchmark_illusion.metrics.aggregate" in modules
+    )
     _, heavy = heavy_imports(
         f"import importlib\nfor m in {sorted(modules)!r}: importlib.import_module(m)"
     )

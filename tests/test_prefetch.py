@@ -15,9 +15,9 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from benchmark_illusion.cluster import parameter_count
-from benchmark_illusion.models import import_model
-from benchmark_illusion.sources import ModelSourceError, fetch_hub_model
+from benchmark_illusion.models.checkpoints import import_model
+from benchmark_illusion.models.sources import ModelSourceError, fetch_hub_model
+from benchmark_illusion.scheduling.cluster import parameter_count
 from conftest import swap_two_tokens
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,14 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from benchmark_illusion.pruning.layerwise import (
+from benchmark_illusion.compression.pruning.layerwise import (
     PruneSettings,
     check_report,
     decoder_layers,
     prune_model,
 )
-from benchmark_illusion.pruning.magnitude import magnitude_mask
-from benchmark_illusion.pruning.masks import (
+from benchmark_illusion.compression.pruning.magnitude import magnitude_mask
+from benchmark_illusion.compression.pruning.masks import (
     Structure,
     lowest_n_of_m,
     lowest_per_matrix,
@@ -23,8 +23,8 @@ from benchmark_illusion.pruning.masks import (
     nm_violations,
     parse_structure,
 )
-from benchmark_illusion.pruning.sparsegpt import Hessian, sparsegpt_prune
-from benchmark_illusion.pruning.wanda import wanda_mask
+from benchmark_illusion.compression.pruning.sparsegpt import Hessian, sparsegpt_prune
+from benchmark_illusion.compression.pruning.wanda import wanda_mask
 from conftest import make_tiny_model, real_layer_inputs
 
 VOCAB = 300
@@ -243,7 +243,7 @@ def test_sparsegpt_reconstructs_real_layer_outputs_best(bundled_model_dir):
     """On real activations of SmolLM2 (layer 5), ||WX - W'X|| at 50%: SparseGPT < Wanda,
     magnitude."""
 
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     model, tok = load_checkpoint(bundled_model_dir)
     for name in ("self_attn.q_proj", "mlp.down_proj"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmark_illusion.pruning.sparsegpt import Hessian
-from benchmark_illusion.quantization import (
+from benchmark_illusion.compression.pruning.sparsegpt import Hessian
+from benchmark_illusion.compression.quantization import (
     Grid,
     QuantizeSettings,
     check_report,
@@ -16,7 +16,7 @@ from benchmark_illusion.quantization import (
     quantize_model,
     rtn,
 )
-from benchmark_illusion.structures import parse_grid
+from benchmark_illusion.compression.structures import parse_grid
 from conftest import make_tiny_model, real_layer_inputs
 
 
@@ -121,7 +121,7 @@ def test_quantize_settings_refuse_bad_values():
 def test_static_groups_keep_the_grids_of_the_original_weights():
     """With static groups every group's values are levels of the grid RTN computes from the
     original weights; without, the grid of a later group follows the updated weights."""
-    from benchmark_illusion.quantization import grid_params
+    from benchmark_illusion.compression.quantization import grid_params
 
     g = torch.Generator().manual_seed(3)
     w = torch.randn(16, 96, generator=g)
@@ -162,7 +162,7 @@ def test_gptq_reconstructs_real_layer_outputs_better_than_rtn(bundled_model_dir)
     held-out tokens (75 vs 47); with every passage of the three sample languages (26 windows of
     128, 2.2 tokens per input) it is a tie there (68.0 vs 67.1 at 4 bits), so down_proj's
     held-out errors are printed, not asserted."""
-    from benchmark_illusion.models import load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
 
     model, tok = load_checkpoint(bundled_model_dir)
     for name in ("self_attn.q_proj", "mlp.down_proj"):

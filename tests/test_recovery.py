@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, evaluate_items
-from benchmark_illusion.prompts import PromptSettings, build_prompt, prompt_id
-from benchmark_illusion.recovery import RecoverySettings
+from benchmark_illusion.evaluation.evaluate import LOG_SCHEMA, EvalSettings, RunMeta, evaluate_items
+from benchmark_illusion.evaluation.prompts import PromptSettings, build_prompt, prompt_id
+from benchmark_illusion.evaluation.recovery import RecoverySettings
 from conftest import make_tiny_model
 from test_evaluate import ITEMS
 
@@ -185,7 +185,7 @@ LONG_GOLDS = [
 
 
 def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_tokenizer):
-    from benchmark_illusion.decoding import Tokens, gold_tokens
+    from benchmark_illusion.evaluation.decoding import Tokens, gold_tokens
 
     toks = Tokens(bundled_tokenizer, PromptSettings())
     need = {i["item_id"]: gold_tokens(toks, i["answers"]) for i in LONG_GOLDS + ITEMS_EX}
@@ -232,7 +232,7 @@ def test_every_decode_gets_a_budget_the_longest_gold_fits_in(tiny, bundled_token
 
 
 def test_batches_hold_one_budget_each():
-    from benchmark_illusion.decoding import batches
+    from benchmark_illusion.evaluation.decoding import batches
 
     budgets = [6, 6, 30, 6, 30, 6, 6]
     order = sorted(range(7), key=lambda i: budgets[i])
@@ -243,7 +243,7 @@ def test_batches_hold_one_budget_each():
 
 
 def test_batches_cut_before_a_much_longer_prompt():
-    from benchmark_illusion.decoding import LENGTH_SLACK, batches
+    from benchmark_illusion.evaluation.decoding import LENGTH_SLACK, batches
 
     lengths = [100, 110, 125, 126, 130, 300, 700]
     got = list(batches(list(range(7)), 4, lengths=lengths))
@@ -252,7 +252,7 @@ def test_batches_cut_before_a_much_longer_prompt():
 
 
 def test_batches_hold_at_most_max_tokens_padded_to_their_longest():
-    from benchmark_illusion.decoding import batches
+    from benchmark_illusion.evaluation.decoding import batches
 
     lengths = [100, 110, 120, 125, 300, 320, 700]
     got = list(batches(list(range(7)), 8, lengths=lengths, max_tokens=330))
@@ -265,7 +265,7 @@ def test_batches_hold_at_most_max_tokens_padded_to_their_longest():
 
 
 def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_tokenizer):
-    from benchmark_illusion.decoding import decoy_option, judge_row
+    from benchmark_illusion.evaluation.decoding import decoy_option, judge_row
 
     item = ITEMS[0]  # options Brennick, Port Alder (gold), 1887, the harbour
     assert decoy_option(item) == 2

@@ -11,14 +11,14 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion import concepts as C
-from benchmark_illusion import params as rule_params
-from benchmark_illusion import residual as R
-from benchmark_illusion import sae as S
-from benchmark_illusion import sae_build as B
-from benchmark_illusion import sae_train as T
-from benchmark_illusion.config import validate_config
-from benchmark_illusion.prompts import PromptSettings, item_body, user_message
+from benchmark_illusion.concepts import activations as C
+from benchmark_illusion.concepts import residual as R
+from benchmark_illusion.concepts import sae as S
+from benchmark_illusion.concepts import sae_build as B
+from benchmark_illusion.concepts import sae_train as T
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.config.validate import validate_config
+from benchmark_illusion.evaluation.prompts import PromptSettings, item_body, user_message
 from conftest import make_tiny_model
 from test_config import minimal
 

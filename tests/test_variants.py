@@ -1,4 +1,4 @@
-"""Compressed variants made elsewhere (benchmark_illusion.variants): the torch-free tokenizer
+"""Compressed variants made elsewhere (benchmark_illusion.models.variants): the torch-free tokenizer
 reader, the measurement of sparsity, N:M pattern and grid from the weights, the storage model,
 and the config checks that run before any job."""
 
@@ -10,12 +10,12 @@ import shutil
 import pytest
 import torch
 
-from benchmark_illusion import variants
-from benchmark_illusion.config import ConfigError, load_config, validate_config
-from benchmark_illusion.pruning.masks import lowest_n_of_m
-from benchmark_illusion.quantization import rtn
-from benchmark_illusion.sources import resolve_gguf
-from benchmark_illusion.structures import Grid
+from benchmark_illusion.compression.pruning.masks import lowest_n_of_m
+from benchmark_illusion.compression.quantization import rtn
+from benchmark_illusion.compression.structures import Grid
+from benchmark_illusion.config.validate import ConfigError, load_config, validate_config
+from benchmark_illusion.models import variants
+from benchmark_illusion.models.sources import resolve_gguf
 from conftest import BUNDLED, ROOT, make_tiny_model, swap_two_tokens
 
 

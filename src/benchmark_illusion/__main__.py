@@ -27,7 +27,14 @@ import os
 import sys
 from pathlib import Path
 
-from .judge import LABEL_LETTERS, first_line, judge, judge_candidates, normalize, tokenize
+from benchmark_illusion.evaluation.judge import (
+    LABEL_LETTERS,
+    first_line,
+    judge,
+    judge_candidates,
+    normalize,
+    tokenize,
+)
 
 DEFAULT_DB = "results/illusion.duckdb"
 
@@ -66,7 +73,7 @@ def _open(db: str):
     # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
     import duckdb
 
-    from . import dbfile
+    from benchmark_illusion.metrics import dbfile
 
     path, notes = dbfile.for_reading(Path(db).resolve())
     for note in notes:
@@ -104,7 +111,7 @@ def _print(rel, csv: bool, max_rows: int) -> None:
 
 def _compare_command(con, args) -> int:
     """Print `compare`'s table; a checkpoint, metric or model the database lacks exits 2."""
-    from .compare import paired_difference, parse_checkpoint
+    from benchmark_illusion.metrics.compare import paired_difference, parse_checkpoint
 
     try:
         a, b = parse_checkpoint(args.a), parse_checkpoint(args.b)
@@ -228,8 +235,8 @@ def _gold_option(options: list[str], golds: list[str], lang: str) -> int | None:
 
 
 def _estimate_command(args) -> int:
-    from .config import ConfigError, load_config
-    from .estimate import estimate
+    from benchmark_illusion.config.validate import ConfigError, load_config
+    from benchmark_illusion.scheduling.estimate import estimate
 
     try:
         config = load_config(args.configfile, root=Path("."))
@@ -327,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Checkpoint A minus checkpoint B on one metric of `rates` (e.g. mc_only, "
         "sent_mc_only, acc_open, drop_mc), per benchmark and pooled, over the items both have "
         "a value for, with a paired bootstrap interval from the same item resamples as every "
-        "rate (src/benchmark_illusion/compare.py).",
+        "rate (src/benchmark_illusion/metrics/compare.py).",
     )
     cmp.add_argument("a", help="checkpoint A as method/structure/sparsity, e.g. rtn/int4-g128/0")
     cmp.add_argument("b", help="checkpoint B, e.g. gptq/int4-g128/0")
@@ -343,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the configured model on a few items and print each rule's expected cost",
         description="Time each configured model on a few items per format and a 2-window "
         "prune per method, then print per rule the expected jobs, items, tokens, CPU time and "
-        "wall time, here and on the SLURM profile (src/benchmark_illusion/estimate.py).",
+        "wall time, here and on the SLURM profile (src/benchmark_illusion/scheduling/estimate.py).",
     )
     e.add_argument(
         "--configfile",
@@ -369,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "estimate":
         return _estimate_command(args)
 
-    from .dbfile import DatabaseError
+    from benchmark_illusion.metrics.dbfile import DatabaseError
 
     try:
         con = _open(args.db)
@@ -416,11 +423,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{n_perm} permutations: the smallest p is 1/{n_perm + 1})"
                     )
         elif args.json:
-            from .manifest import summary_rows
+            from benchmark_illusion.manifest import summary_rows
 
             print(json.dumps(summary_rows(con, args.by_lang), indent=2, default=str))
         else:
-            from .manifest import summary_sql
+            from benchmark_illusion.manifest import summary_sql
 
             _print(con.sql(summary_sql(con, args.by_lang)), args.csv, 10_000)
     except duckdb.Error as e:

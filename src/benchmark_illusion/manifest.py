@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from .io import atomic_path
+from benchmark_illusion.io import atomic_path
 
 # Every report is a view of the database: the commands and the manifest only choose rows.
 SUMMARY_SQL = (
@@ -160,7 +160,7 @@ def build_manifest(
     """The manifest of a run whose metric database is `db` (read-only)."""
     import duckdb
 
-    from .dbfile import for_reading
+    from benchmark_illusion.metrics.dbfile import for_reading
 
     path, _ = for_reading(db)
     con = duckdb.connect(str(path), read_only=True)

@@ -20,22 +20,32 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoTokenizer
 
-from . import calibration as cal
-from . import quantization as quant
-from .datasteps import seeded_order
-from .engine import NonFiniteError
-from .evaluate import RunMeta, evaluate_items
-from .io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
-from .models import checkpoint_hash, load_checkpoint, log_peak_gpu_memory, resolve_device, where
-from .params import NOT_IN_POOL
-from .perturbation import parse_perturbed
-from .prompts import PromptSettings
-from .pruning.layerwise import PruneSettings, check_report, prune_model
-from .recovery import recovery_floor
-from .schema import LOG_SCHEMA, write_empty_log_if_no_items
-from .settings import EvalSettings, RecoverySettings
-from .structures import parse_grid, parse_structure
-from .variants import STRUCTURE as VARIANT
+from benchmark_illusion.compression import calibration as cal
+from benchmark_illusion.compression import quantization as quant
+from benchmark_illusion.compression.perturbation import parse_perturbed
+from benchmark_illusion.compression.pruning.layerwise import (
+    PruneSettings,
+    check_report,
+    prune_model,
+)
+from benchmark_illusion.compression.structures import parse_grid, parse_structure
+from benchmark_illusion.config.params import NOT_IN_POOL
+from benchmark_illusion.data.steps import seeded_order
+from benchmark_illusion.evaluation.engine import NonFiniteError
+from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
+from benchmark_illusion.evaluation.prompts import PromptSettings
+from benchmark_illusion.evaluation.recovery import recovery_floor
+from benchmark_illusion.evaluation.schema import LOG_SCHEMA, write_empty_log_if_no_items
+from benchmark_illusion.evaluation.settings import EvalSettings, RecoverySettings
+from benchmark_illusion.io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
+from benchmark_illusion.models.checkpoints import (
+    checkpoint_hash,
+    load_checkpoint,
+    log_peak_gpu_memory,
+    resolve_device,
+    where,
+)
+from benchmark_illusion.models.variants import STRUCTURE as VARIANT
 
 log = logging.getLogger("benchmark_illusion")
 

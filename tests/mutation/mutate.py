@@ -33,7 +33,7 @@ SCOPE = [
     # judge: containment, echo (question copy, question share, passage copy), length limits,
     # hedge, repeat, F1, naming an option, the sentence-tolerant verdict
     *(
-        f"benchmark_illusion.judge.x_{f}__mutmut_*"
+        f"benchmark_illusion.evaluation.judge.x_{f}__mutmut_*"
         for f in (
             "first_line",
             "find_token_runs",
@@ -56,11 +56,11 @@ SCOPE = [
         )
     ),
     # pruning: every mask and SparseGPT
-    "benchmark_illusion.pruning.masks.*",
-    "benchmark_illusion.pruning.sparsegpt.*",
+    "benchmark_illusion.compression.pruning.masks.*",
+    "benchmark_illusion.compression.pruning.sparsegpt.*",
     # items: kinds, overlaps, the length window, the distractor order and its rejections
     *(
-        f"benchmark_illusion.items.x_{f}__mutmut_*"
+        f"benchmark_illusion.data.items.x_{f}__mutmut_*"
         for f in (
             "_is_numeric_tokens",
             "is_numeric",
@@ -71,15 +71,15 @@ SCOPE = [
             "_choose_passage_distractors",
         )
     ),
-    "benchmark_illusion.items.xǁ_Pickedǁconsider__mutmut_*",
+    "benchmark_illusion.data.items.xǁ_Pickedǁconsider__mutmut_*",
     # bootstrap: the draws, their counts, the quantiles and the intervals of the replicates
     *(
-        f"benchmark_illusion.bootstrap.x_{f}__mutmut_*"
+        f"benchmark_illusion.metrics.bootstrap.x_{f}__mutmut_*"
         for f in ("row_quantiles", "_intervals", "draws", "draw_counts", "benchmark_counts")
     ),
     # aggregation helpers around the SQL files
     *(
-        f"benchmark_illusion.aggregate.x_{f}__mutmut_*"
+        f"benchmark_illusion.metrics.aggregate.x_{f}__mutmut_*"
         for f in ("item_drop_rows", "run_sql_files", "split_report_files", "add_bits_columns")
     ),
 ]

@@ -10,13 +10,13 @@ from snakemake.exceptions import WorkflowError
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-from benchmark_illusion import params as rule_params
-from benchmark_illusion.config import ConfigError, check_config, schema_errors
+from benchmark_illusion.config import params as rule_params
+from benchmark_illusion.config.validate import ConfigError, check_config, schema_errors
 
 # torch-free, like everything imported here: every Snakemake process parses this file (two per
 # SLURM job), and importing torch would add about a second to each
-from benchmark_illusion.structures import STRUCTURE_PATTERN, Grid, parse_structure
-from benchmark_illusion import variants as variant_defs
+from benchmark_illusion.compression.structures import STRUCTURE_PATTERN, Grid, parse_structure
+from benchmark_illusion.models import variants as variant_defs
 
 try:
     validate(config, "../schemas/config.schema.yaml")
@@ -44,7 +44,7 @@ MODELS = sorted(config["models"])
 HUB_MODELS = sorted(m for m in MODELS if config["models"][m]["source"] == "hub")
 FILE_MODELS = sorted(m for m in MODELS if m not in HUB_MODELS)
 DATASETS = sorted(config["datasets"])
-# Compressed variants made elsewhere (models.<model>.variants.<name>; benchmark_illusion.variants):
+# Compressed variants made elsewhere (models.<model>.variants.<name>; benchmark_illusion.models.variants):
 # evaluated as the checkpoint {model}/{name}/variant/{its sparsity key}.
 VARIANTS = variant_defs.variants(config)  # (model, name, variant config)
 VARIANT_NAMES = sorted({v for _, v, _ in VARIANTS})
@@ -61,7 +61,7 @@ QUANT_METHODS = "rtn|gptq"
 QUANT_STRUCTURES = STRUCTURE_PATTERN
 VARIANT_METHODS = one_of(VARIANT_NAMES)
 # A perturbed twin of a pruned or quantized checkpoint or a variant: noise<seed>-<source method>, with the
-# source's structure and sparsity (benchmark_illusion.perturbation). No other method starts with
+# source's structure and sparsity (benchmark_illusion.compression.perturbation). No other method starts with
 # a letter run followed by digits and '-' (a variant's name may not: config check), so the
 # patterns stay disjoint.
 PERTURBED_METHODS = (
@@ -82,7 +82,7 @@ def get_dataset_config(wildcards):
 
 def get_raw_input(wildcards):
     """The local file that dataset {dataset}/{lang} is read from (none for hub sources)."""
-    from benchmark_illusion.data import raw_path_for
+    from benchmark_illusion.data.loaders import raw_path_for
 
     path = raw_path_for(config["datasets"][wildcards.dataset], wildcards.lang)
     return [path] if path else []
@@ -146,7 +146,7 @@ def sparsity_str(s):
 
 def pruning_targets():
     """(method, structure path, sparsity str) of every pruned checkpoint in the grid."""
-    from benchmark_illusion.config import nm_patterns
+    from benchmark_illusion.config.validate import nm_patterns
 
     p = config["pruning"]
     points = [("unstructured", s) for s in p["sparsities"]]
@@ -202,7 +202,7 @@ def perturbation_targets(model):
     """(method, structure path, sparsity str) of every perturbed twin of {model}: one per
     compressed checkpoint (variants included) and seed of controls.perturbation.seeds (none
     when it is empty)."""
-    from benchmark_illusion.perturbation import perturbed_method
+    from benchmark_illusion.compression.perturbation import perturbed_method
 
     return [
         (perturbed_method(seed, meth), st, s)
@@ -232,7 +232,7 @@ def perturbed_generation_files():
 
 def get_perturbation_source(wildcards):
     """The compressed checkpoint a twin {method} = noise<seed>-<source> copies the size of."""
-    from benchmark_illusion.perturbation import parse_perturbed
+    from benchmark_illusion.compression.perturbation import parse_perturbed
 
     _, source = parse_perturbed(wildcards.method)
     w = wildcards
@@ -359,7 +359,7 @@ def pool_files():
 @functools.lru_cache(maxsize=None)
 def model_params(model):
     """(parameter count, where it comes from) of {model}, for sizing jobs (read once per run)."""
-    from benchmark_illusion.cluster import guessed, parameter_count
+    from benchmark_illusion.scheduling.cluster import guessed, parameter_count
 
     n, source = parameter_count(model, config["models"][model], Path("."))
     if guessed(source):
@@ -375,9 +375,9 @@ def sized(kind, key):
     """A resource function: `key` (mem_mb or runtime) of a `kind` job, from the model's size.
 
     Grows with the attempt, so a job retried on a cluster asks for more. Sizing rules:
-    src/benchmark_illusion/cluster.py.
+    src/benchmark_illusion/scheduling/cluster.py.
     """
-    from benchmark_illusion.cluster import job_resources
+    from benchmark_illusion.scheduling.cluster import job_resources
 
     def resource(wildcards, attempt):
         dtype = config["models"][wildcards.model].get("dtype", "float32")
@@ -391,14 +391,14 @@ def sized(kind, key):
 @functools.lru_cache(maxsize=None)
 def model_shape(model):
     """(layers, hidden, kv_dim, intermediate, vocab; where from) of {model}, for GPU memory."""
-    from benchmark_illusion.cluster import model_shape as shape_of
+    from benchmark_illusion.scheduling.cluster import model_shape as shape_of
 
     return shape_of(model, config["models"][model], Path("."))
 
 
 def gpu_memory(kind, wildcards, attempt):
     """GPU memory in MB of a `kind` job of {model} (cluster.gpu_memory_mb); 0 on the CPU."""
-    from benchmark_illusion.cluster import gpu_memory_mb
+    from benchmark_illusion.scheduling.cluster import gpu_memory_mb
 
     if config["evaluation"]["device"] == "cpu":
         return 0
@@ -425,7 +425,7 @@ def gpu_sized(kind):
     many run together with `--resources gpu_mem_mb=<MB>` on one machine), and the SLURM request
     that config `gpu_memory_request` asks for (gres, constraint or gpu_model; none when unset).
     Unpacked into the rule's resources (**gpu_sized(...))."""
-    from benchmark_illusion.cluster import gpu_request
+    from benchmark_illusion.scheduling.cluster import gpu_request
 
     spec = config.get("gpu_memory_request")
 
@@ -448,7 +448,7 @@ def threads_of(rule):
     thread per job for the steps whose results barely depend on the thread count (they run
     side by side), else 4, capped at --cores. A profile's set-threads overrides it.
     """
-    from benchmark_illusion.cluster import job_threads, runs_on_gpu
+    from benchmark_illusion.scheduling.cluster import job_threads, runs_on_gpu
 
     gpu = runs_on_gpu(config["evaluation"]["device"])
 
@@ -460,7 +460,7 @@ def threads_of(rule):
 
 def aggregate_sized(key):
     """A resource function for the aggregation: grows with items x checkpoints."""
-    from benchmark_illusion.cluster import aggregate_resources
+    from benchmark_illusion.scheduling.cluster import aggregate_resources
 
     n = (
         sum(

@@ -1,4 +1,5 @@
-from benchmark_illusion import aggregate, logs
+from benchmark_illusion import logs
+from benchmark_illusion.metrics import aggregate
 
 logs.to_file(snakemake.log[0])
 aggregate.build_database(

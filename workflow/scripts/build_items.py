@@ -1,4 +1,5 @@
-from benchmark_illusion import datasteps, logs
+from benchmark_illusion import logs
+from benchmark_illusion.data import steps as datasteps
 
 logs.to_file(snakemake.log[0])
 datasteps.build_items_file(

@@ -1,6 +1,7 @@
 from pathlib import Path
 
-from benchmark_illusion import competency, logs
+from benchmark_illusion import logs
+from benchmark_illusion.concepts import gaps as competency
 
 logs.to_file(snakemake.log[0])
 # results/concepts/{model}/sae: the model is the folder above

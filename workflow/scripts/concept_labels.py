@@ -1,7 +1,8 @@
 import torch
 
-from benchmark_illusion import concepts, logs
-from benchmark_illusion.models import resolve_device
+from benchmark_illusion import logs
+from benchmark_illusion.concepts import activations as concepts
+from benchmark_illusion.models.checkpoints import resolve_device
 
 logs.to_file(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)

@@ -1,6 +1,6 @@
 from benchmark_illusion import logs
-from benchmark_illusion.params import THROUGHPUT_KEYS
-from benchmark_illusion.schema import write_empty_log_if_no_items
+from benchmark_illusion.config.params import THROUGHPUT_KEYS
+from benchmark_illusion.evaluation.schema import write_empty_log_if_no_items
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards

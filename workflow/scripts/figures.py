@@ -1,6 +1,7 @@
 from pathlib import Path
 
-from benchmark_illusion import figures, logs
+from benchmark_illusion import logs
+from benchmark_illusion.metrics import figures
 
 logs.to_file(snakemake.log[0])
 written = figures.make_figures(snakemake.input[0], Path(snakemake.output[0]).parent)

@@ -1,7 +1,8 @@
 import json
 from pathlib import Path
 
-from benchmark_illusion import logs, models
+from benchmark_illusion import logs
+from benchmark_illusion.models import checkpoints as models
 
 log = logs.to_file(snakemake.log[0])
 cfg = dict(snakemake.params.model)

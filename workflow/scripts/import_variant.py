@@ -1,7 +1,8 @@
 import json
 from pathlib import Path
 
-from benchmark_illusion import logs, variants
+from benchmark_illusion import logs
+from benchmark_illusion.models import variants
 
 log = logs.to_file(snakemake.log[0])
 p = snakemake.params.variant

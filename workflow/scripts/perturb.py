@@ -1,4 +1,5 @@
-from benchmark_illusion import logs, perturbation
+from benchmark_illusion import logs
+from benchmark_illusion.compression import perturbation
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards

@@ -2,7 +2,7 @@
 -- Definitions: docs/metrics.md. The rates and their seeded percentile-bootstrap intervals over
 -- items follow in 25_rates.sql; between the two files the aggregation draws the resamples
 -- (bootstrap_weights) and computes the intervals (rate_intervals) in numpy
--- (benchmark_illusion.bootstrap, aggregate.PYTHON_STEPS).
+-- (benchmark_illusion.metrics.bootstrap, aggregate.PYTHON_STEPS).
 --
 -- The resampling unit is the item. One resample of a benchmark (model x dataset x language) is
 -- shared by every checkpoint, format and metric, so differences between checkpoints (drop vs
@@ -37,7 +37,7 @@ ORDER BY ALL;
 -- key fixed by the seed: the same seed gives the same resamples on any machine, in any row
 -- order, with any DuckDB version (DuckDB's hash() is neither documented as stable nor well
 -- mixed in its low bits: its draws modulo an even n were exactly balanced between even and odd
--- items). The aggregation's bootstrap step (benchmark_illusion.bootstrap) reads its draws here.
+-- items). The aggregation's bootstrap step (benchmark_illusion.metrics.bootstrap) reads its draws here.
 CREATE OR REPLACE MACRO _bootstrap_u64(x) AS (x & 18446744073709551615::UHUGEINT)::UBIGINT;
 CREATE OR REPLACE MACRO _bootstrap_mix(z, s, m) AS _bootstrap_u64(xor(z, z >> s)::UHUGEINT * m::UHUGEINT);
 CREATE OR REPLACE MACRO _bootstrap_final(z) AS xor(z, z >> 31);

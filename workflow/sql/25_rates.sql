@@ -13,7 +13,7 @@
 -- denominator (n_items); ci_low, ci_high = percentiles (1 -/+ ci_level) / 2 of the replicate
 -- values; replicates that drew no item of the denominator are skipped (n_boot counts the rest).
 -- 0/n and n/n rates get an exact interval instead (ci_method 'exact', below).
--- The intervals come from rate_intervals, which benchmark_illusion.bootstrap computes from
+-- The intervals come from rate_intervals, which benchmark_illusion.metrics.bootstrap computes from
 -- item_values and the resamples (bootstrap_weights) before this file runs: per benchmark, the
 -- replicate sums of every checkpoint x metric are one matrix product of the draw counts with
 -- the item values (as a SQL join, the same work is billions of rows on the paper grid).

@@ -1,7 +1,7 @@
 -- Report views: what `python -m benchmark_illusion concepts` prints and the concept_damage figure
 -- draws, over the concept tables above. A view stores no rows; it is computed when read.
 -- Definitions: docs/concepts.md. Files from 90 on run after the damage tests
--- (benchmark_illusion.competency.run_concept_sql), whose columns these views read, and not on
+-- (benchmark_illusion.concepts.gaps.run_concept_sql), whose columns these views read, and not on
 -- the stability subsamples.
 
 -- The SAE fits are loaded by the competency_gaps rule (one row per model); a database built

@@ -1,0 +1,1 @@
+"""Compression: pruning, quantization, calibration text, and the perturbation floor."""

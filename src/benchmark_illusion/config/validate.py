@@ -1,0 +1,355 @@
+"""Config validation: schema (types, ranges, enums, defaults) first, then what a schema cannot see.
+
+The Snakefile calls Snakemake's `validate` (which also fills in defaults) and then
+`check_config`; both fail before any job starts, with messages that name the key. Code
+outside Snakemake (tests, benchmarks) uses `load_config`, which does the same.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import jsonschema
+import yaml
+from jsonschema import Draft202012Validator, validators
+
+from benchmark_illusion.compression.structures import parse_structure
+from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw, raw_path_for
+from benchmark_illusion.models.sources import ModelSourceError, package_gguf
+from benchmark_illusion.models.variants import name_errors, tokenizer_errors
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """The config is invalid; the message lists every problem, each naming its key."""
+
+
+def key_path(parts) -> str:
+    """'evaluation.batch_size' style path of a schema error."""
+    return ".".join(str(p) for p in parts) or "<top level>"
+
+
+def _with_defaults(cls):
+    """A validator that fills in schema defaults while validating (as Snakemake's validate does)."""
+    check_properties = cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, sub in properties.items():
+                if "default" in sub:
+                    instance.setdefault(name, copy.deepcopy(sub["default"]))
+        yield from check_properties(validator, properties, instance, schema)
+
+    return validators.extend(cls, {"properties": set_defaults})
+
+
+def schema_defaults(section: str = "", schema_path: Path = SCHEMA_PATH) -> dict:
+    """The schema's default of every key under `section` (dotted, e.g. 'evaluation.recovery'),
+    nested sections as dicts: the one home of every default (dataclasses must agree with it,
+    tests/test_config.py checks)."""
+    node = yaml.safe_load(Path(schema_path).read_text())
+    for part in filter(None, section.split(".")):
+        node = node["properties"][part]
+
+    def defaults(n: dict) -> dict:
+        out = {}
+        for key, sub in n.get("properties", {}).items():
+            if "properties" in sub:
+                out[key] = defaults(sub)
+            elif "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+        return out
+
+    return defaults(node)
+
+
+def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
+    """Every schema violation of `config`, as 'key.path: problem' lines (defaults filled in)."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = _with_defaults(Draft202012Validator)(schema)
+    lines = []
+    for err in sorted(validator.iter_errors(config), key=lambda e: list(map(str, e.absolute_path))):
+        # anyOf/oneOf errors carry their alternatives; the most specific one says more.
+        leaf = jsonschema.exceptions.best_match(err.context) if err.context else err
+        lines.extend(_error_lines(leaf))
+    return list(dict.fromkeys(lines))  # `required` yields one error per missing key, each with all
+
+
+def _error_lines(err) -> list[str]:
+    """'key.path: problem' lines of one schema error; unknown and missing keys are named in the
+    path."""
+    path = list(err.absolute_path)
+    instance = err.instance
+    if (
+        err.validator == "additionalProperties"
+        and err.validator_value is False
+        and isinstance(instance, dict)
+    ):
+        allowed = list(err.schema.get("properties", {}))
+        return [
+            f"{key_path(path + [k])}: unknown key (allowed keys: {', '.join(allowed)})"
+            for k in instance
+            if k not in allowed
+        ]
+    if err.validator == "required" and isinstance(instance, dict):
+        # An if/then requirement depends on the source: say which one.
+        why = (
+            f" for source {instance['source']!r}"
+            if "then" in err.schema_path and isinstance(instance.get("source"), str)
+            else ""
+        )
+        return [
+            f"{key_path(path + [k])}: required key is missing{why}"
+            for k in err.validator_value
+            if k not in instance
+        ]
+    if err.validator == "not" and err.validator_value == {"const": "all"}:
+        return [
+            f"{key_path(path)}: the name 'all' is reserved "
+            "(it labels the pooled rows of the metric tables)"
+        ]
+    return [f"{key_path(path)}: {err.message}"]
+
+
+def source_errors(key: str, m: dict, root: Path = Path(".")) -> list[str]:
+    """A model's or variant's weights that cannot be found (`key`: where it is in the config)."""
+    errors = []
+    src = m.get("source")
+    if src == "gguf_package":
+        try:
+            package_gguf(m["package"], m.get("file"))
+        except ModelSourceError as e:
+            sub = "package" if "is not installed" in str(e) else "file"
+            errors.append(f"{key}.{sub}: {e}")
+    if src == "gguf_file" and not (root / m["path"]).is_file():
+        errors.append(f"{key}.path: GGUF file not found: {m['path']}")
+    if src == "local" and not (root / m["path"]).is_dir():
+        errors.append(f"{key}.path: model folder not found: {m['path']}")
+    return errors
+
+
+def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
+    """Problems a schema cannot express: files and packages that do not exist, languages a hub
+    set lacks, evaluation formats that item selection needs."""
+    errors = []
+    formats = (config.get("evaluation") or {}).get("formats")
+    if formats is not None and not {"open", "mc"} <= set(formats):
+        # select_items keeps the items the dense model answers in both formats.
+        errors.append(
+            f"evaluation.formats: must include open and mc, item selection needs both "
+            f"(got {', '.join(formats)})"
+        )
+    missing = []
+    for name, m in config.get("models", {}).items():
+        missing += source_errors(f"models.{name}", m, root)
+        for v, spec in (m.get("variants") or {}).items():
+            missing += source_errors(f"models.{name}.variants.{v}", spec, root)
+            errors += name_errors(name, v)
+    errors += missing
+    if not missing:  # the vocabularies of variants and their bases, once every file is there
+        errors += tokenizer_errors(config, root)
+    for name, d in config.get("datasets", {}).items():
+        src = d.get("source")
+        if src in HUB_LANGUAGES:
+            known = HUB_LANGUAGES[src]
+            for lang in d.get("languages", []):
+                if lang not in known:
+                    errors.append(
+                        f"datasets.{name}.languages: {src} has no language {lang!r} "
+                        f"(known: {', '.join(sorted(known))})"
+                    )
+        elif src is not None:
+            for lang in d.get("languages", []):
+                path = raw_path_for(d, lang)
+                if not (root / path).is_file():
+                    errors.append(
+                        f"datasets.{name}.path: file for language {lang!r} not found: {path}"
+                    )
+    configured = {
+        lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
+    }
+    for i, lang in enumerate((config.get("calibration") or {}).get("languages") or []):
+        if lang not in configured:
+            errors.append(
+                f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
+                f"(configured: {', '.join(sorted(configured))})"
+            )
+    errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
+    quant = config.get("quantization") or {}
+    if quant.get("group_size") == 0:
+        errors.append(
+            "quantization.group_size: 0 is not a group size: give the input columns per grid "
+            "(>= 1), or -1 for one grid per output row"
+        )
+    if quant.get("methods") and not quant.get("bits", [8, 4, 3]):
+        errors.append("quantization.bits: methods are set but there is no bit width to quantize to")
+    errors += _concept_errors(config, root)
+    if not errors:
+        errors += _heldout_size_errors(config, root)
+    return errors
+
+
+def _concept_errors(config: dict, root: Path) -> list[str]:
+    """concepts: settings that contradict each other, files that do not exist, a missing SAELens."""
+    c = config.get("concepts") or {}
+    if not c.get("enabled", True):
+        return []
+    errors = []
+    sae = c.get("sae") or {}
+    if sae.get("k", 32) > sae.get("width", 4096):
+        errors.append(
+            f"concepts.sae.k: {sae['k']} active latents per token is more than concepts.sae.width "
+            f"({sae.get('width', 4096)})"
+        )
+    if not (sae.get("corpus", ["items", "calibration"]) or sae.get("text_files")):
+        errors.append(
+            "concepts.sae.corpus: empty and no concepts.sae.text_files: "
+            "the SAE has no text to train on"
+        )
+    configured = {
+        lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
+    }
+    for i, lang in enumerate(sae.get("languages") or []):
+        if lang not in configured:
+            errors.append(
+                f"concepts.sae.languages[{i}]: language {lang!r} is not a language of any dataset "
+                f"(configured: {', '.join(sorted(configured))})"
+            )
+    for i, f in enumerate(sae.get("text_files") or []):
+        if not (root / f).is_file():
+            errors.append(f"concepts.sae.text_files[{i}]: file not found: {f}")
+    gaps = c.get("gaps") or {}
+    if gaps.get("under_quantile", 0.1) >= gaps.get("over_quantile", 0.9):
+        errors.append(
+            f"concepts.gaps.under_quantile: {gaps.get('under_quantile', 0.1)} must be below "
+            f"concepts.gaps.over_quantile ({gaps.get('over_quantile', 0.9)})"
+        )
+    for name, m in config.get("models", {}).items():
+        spec = m.get("sae")
+        if not spec:
+            continue
+        if importlib.util.find_spec("sae_lens") is None:
+            errors.append(
+                f"models.{name}.sae: a pretrained SAE is loaded with SAELens, "
+                "which is not installed (pip install 'benchmark-illusion[sae]')"
+            )
+        if spec.get("path") and not (root / spec["path"]).is_dir():
+            errors.append(f"models.{name}.sae.path: SAE folder not found: {spec['path']}")
+    return errors
+
+
+def _heldout_size_errors(config: dict, root: Path) -> list[str]:
+    """Held-out calibration text comes from the datasets' passages: refuse a config whose local
+    files hold fewer characters in all their passages than the tokens it asks for (a token
+    covers at least one character; the exact count is checked when the windows are cut)."""
+    cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
+    needs = (set(pruning.get("methods", [])) - {"magnitude"}) | (
+        set((config.get("quantization") or {}).get("methods", [])) - {"rtn"}
+    )
+    if cal.get("source", "heldout_items") != "heldout_items" or not needs:
+        return []
+    datasets = config.get("datasets", {})
+    if any(d.get("source") in HUB_LANGUAGES for d in datasets.values()):
+        return []  # passages are known only after download
+    need = cal.get("n_windows", 16) * cal.get("seq_len", 128)
+    only = cal.get("languages")
+    chars = 0
+    for d in datasets.values():
+        for lang in d["languages"]:
+            if only is not None and lang not in only:
+                continue
+            resolved = {**d, "path": str(root / d["path"])}
+            chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
+    if chars < need:
+        return [
+            f"calibration: n_windows x seq_len = {need} tokens, "
+            "but all passages of the configured datasets "
+            f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
+            f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"
+        ]
+    return []
+
+
+def nm_patterns(pruning: dict) -> list[str]:
+    """The configured N:M patterns as 'N:M' strings (entries may be strings or
+    {pattern, sparsity})."""
+    return [e if isinstance(e, str) else e["pattern"] for e in pruning.get("nm", [])]
+
+
+def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
+    errors = []
+    blocksize = (pruning.get("sparsegpt") or {}).get("blocksize", 128)
+    for i, entry in enumerate(pruning.get("nm", [])):
+        pattern = entry if isinstance(entry, str) else entry.get("pattern", "")
+        try:
+            st = parse_structure(pattern)
+        except ValueError as e:
+            errors.append(f"pruning.nm[{i}]: {e}")
+            continue
+        if (
+            isinstance(entry, dict)
+            and "sparsity" in entry
+            and abs(entry["sparsity"] - st.sparsity) > 1e-9
+        ):
+            errors.append(
+                f"pruning.nm[{i}].sparsity: {pattern} prunes N/M = {st.sparsity:g} of the weights, "
+                f"not {entry['sparsity']:g}"
+            )
+        if "sparsegpt" in pruning.get("methods", []) and blocksize % st.m:
+            errors.append(
+                f"pruning.sparsegpt.blocksize: {blocksize} "
+                f"is not a multiple of M={st.m} ({pattern})"
+            )
+    if pruning.get("methods") and not (pruning.get("sparsities") or pruning.get("nm")):
+        errors.append(
+            "pruning.sparsities: methods are set "
+            "but there is no sparsity and no N:M pattern to prune to"
+        )
+    if calibration.get("source") == "text_files":
+        need = calibration.get("n_windows", 16) * calibration.get("seq_len", 128)
+        chars = 0
+        for j, p in enumerate(calibration.get("paths", [])):
+            if not (root / p).is_file():
+                errors.append(f"calibration.paths[{j}]: file not found: {p}")
+            else:
+                chars += len((root / p).read_text(encoding="utf-8", errors="replace"))
+        # A token covers at least one character, so fewer characters than tokens needed is
+        # certainly too little (the exact count is checked when the windows are cut).
+        if chars and chars < need:
+            errors.append(
+                f"calibration: n_windows x seq_len = {need} tokens, "
+                f"but calibration.paths hold only {chars} characters"
+            )
+    return errors
+
+
+def check_config(config: dict, root: Path = Path(".")) -> dict:
+    """Raise ConfigError listing every semantic problem; return the config unchanged otherwise."""
+    errors = semantic_errors(config, root)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return config
+
+
+def validate_config(config: dict, root: Path = Path("."), schema_path: Path = SCHEMA_PATH) -> dict:
+    """Schema check with defaults filled in, then semantic checks; returns the completed config."""
+    config = copy.deepcopy(config)
+    errors = schema_errors(config, schema_path)
+    if errors:
+        raise ConfigError("invalid config:\n  " + "\n  ".join(errors))
+    return check_config(config, root)
+
+
+def load_config(path: str | Path, root: Path | None = None) -> dict:
+    """Read, validate and complete a YAML config file."""
+    path = Path(path)
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    return validate_config(config, root if root is not None else Path("."))

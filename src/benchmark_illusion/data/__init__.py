@@ -1,0 +1,1 @@
+"""Data: dataset loaders, the data rules' steps, and evaluation items with their distractors."""

@@ -1,0 +1,1 @@
+"""Evaluation: prompts, the batched engine, decodes, the judge, and the log schema."""

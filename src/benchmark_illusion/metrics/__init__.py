@@ -1,0 +1,1 @@
+"""Metrics: the results database, bootstrap intervals, comparisons and figures."""

@@ -1,0 +1,117 @@
+"""A paired comparison of two checkpoints of one model on one metric (`python -m
+benchmark_illusion compare`): RTN against GPTQ at 4 bits, Wanda against SparseGPT at 50%.
+
+The difference of two rates is the mean of a per-item difference over the items both
+checkpoints have a value for (item_values), and its interval comes from the same item resamples
+as every rate (bootstrap_benchmarks, `bootstrap.draw_counts`): a paired interval, much narrower
+than two overlapping intervals suggest when the checkpoints agree on most items. Pooled rows
+(dataset = lang = 'all') resample each benchmark separately, as `rates` does. A difference that
+is 0 on every item gets the exact bound of 25_rates.sql instead of the bootstrap's point.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from benchmark_illusion.metrics.bootstrap import _intervals, benchmark_counts
+
+CHECKPOINT_KEYS = ("method", "structure", "sparsity")
+
+
+def parse_checkpoint(text: str) -> dict:
+    """'method/structure/sparsity' (e.g. 'wanda/unstructured/0.5', 'gptq/int4-g128/0') -> the
+    checkpoint's key columns; ValueError naming the expected form otherwise."""
+    parts = text.split("/")
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(
+            f"checkpoint {text!r}: expected method/structure/sparsity, e.g. wanda/unstructured/0.5 "
+            "or gptq/int4-g128/0 (the summary's method, structure and sparsity columns)"
+        )
+    try:
+        sparsity = float(parts[2])
+    except ValueError:
+        raise ValueError(f"checkpoint {text!r}: sparsity {parts[2]!r} is not a number") from None
+    return {"method": parts[0], "structure": parts[1], "sparsity": sparsity}
+
+
+def _values(con, model: str, metric: str, ckpt: dict) -> pl.DataFrame:
+    return con.sql(
+        """SELECT v.dataset, v.lang, v.item_id, u.idx::BIGINT AS idx, v.value
+           FROM item_values v
+           JOIN bootstrap_units u USING (population, model, dataset, lang, item_id)
+           WHERE v.population = 'selected' AND v.model = ? AND v.metric = ?
+             AND v.method = ? AND v.structure = ? AND v.sparsity = ?""",
+        params=[model, metric, ckpt["method"], ckpt["structure"], ckpt["sparsity"]],
+    ).pl()
+
+
+def paired_difference(
+    con: duckdb.DuckDBPyConnection,
+    model: str,
+    metric: str,
+    a: dict,
+    b: dict,
+    ci_level: float = 0.95,
+) -> pl.DataFrame:
+    """Per benchmark and pooled: n_items (items with a value under both), the two rates on
+    those items, difference = a - b and its paired interval (ci_low, ci_high, ci_method)."""
+    va, vb = _values(con, model, metric, a), _values(con, model, metric, b)
+    both = va.join(vb, on=["dataset", "lang", "item_id", "idx"], suffix="_b")
+    probs = ((1 - ci_level) / 2, (1 + ci_level) / 2)
+    counts = benchmark_counts(con, "selected", model)
+    rows, pooled_s, pooled_n, pooled_d = [], None, None, []
+    for (dataset, lang), part in both.sort("dataset", "lang").group_by(
+        ["dataset", "lang"], maintain_order=True
+    ):
+        w = counts[(dataset, lang)].astype(np.float64)
+        diff = np.zeros(w.shape[1])
+        has = np.zeros(w.shape[1])
+        idx = part["idx"].to_numpy()
+        d = (part["value"] - part["value_b"]).to_numpy()
+        diff[idx], has[idx] = d, 1.0
+        sums, dens = (w @ diff)[:, None], (w @ has)[:, None]
+        pooled_s = sums if pooled_s is None else pooled_s + sums
+        pooled_n = dens if pooled_n is None else pooled_n + dens
+        pooled_d.append(part)
+        rows.append(_row(dataset, lang, part, sums, dens, probs, ci_level))
+    if pooled_d:
+        rows.append(_row("all", "all", pl.concat(pooled_d), pooled_s, pooled_n, probs, ci_level))
+    return pl.DataFrame(
+        rows,
+        schema={
+            "dataset": pl.String,
+            "lang": pl.String,
+            "n_items": pl.Int64,
+            "a": pl.Float64,
+            "b": pl.Float64,
+            "difference": pl.Float64,
+            "ci_low": pl.Float64,
+            "ci_high": pl.Float64,
+            "ci_method": pl.String,
+        },
+        orient="row",
+    )
+
+
+def _row(dataset, lang, part, sums, dens, probs, ci_level) -> tuple:
+    d = (part["value"] - part["value_b"]).to_numpy()
+    n = len(d)
+    if n and not d.any():
+        bound = 1 - ((1 - ci_level) / 2) ** (1 / n)
+        lo, hi, method = -bound, bound, "exact"
+    else:
+        _, lo, hi = _intervals(sums, dens, probs)
+        lo, hi, method = float(lo[0]), float(hi[0]), "bootstrap"
+    return (
+        dataset,
+        lang,
+        n,
+        float(part["value"].mean()),
+        float(part["value_b"].mean()),
+        float(d.mean()),
+        lo,
+        hi,
+        method,
+    )

@@ -1,0 +1,1 @@
+"""Models: where a model's files are, importing and loading checkpoints, variants made elsewhere."""

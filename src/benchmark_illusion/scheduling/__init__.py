@@ -1,0 +1,1 @@
+"""Scheduling: job sizes for a cluster and a run's cost estimate."""
