@@ -6,7 +6,7 @@ the same budgets and seeds:
             `generate(do_sample=True, top_p, temperature, top_k=0, num_return_sequences=n)`:
             the prompt runs once per beam and once per sample (what `generate` does);
   - engine: one prefill per batch, shared by the K beams and the n samples
-            (engine.beam_search, engine.sample).
+            (generation.beam_search, generation.sample).
 Reported: items/s of each (best of the repetitions, run interleaved), their ratio, how many
 beam hypotheses are identical, and how many samples are identical after the stop rule both
 share (the first line: the judge reads nothing else).
@@ -86,12 +86,12 @@ def hf_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
 
 
 def engine_decodes(model, toks, ids, batch, budget, stop, args, n_batch):
-    from benchmark_illusion.evaluation import engine
+    from benchmark_illusion.evaluation import engine, generation
 
     state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-    beams = engine.beam_search(model, state, args.beams, [budget] * len(batch), stop.stop_ids)
+    beams = generation.beam_search(model, state, args.beams, [budget] * len(batch), stop.stop_ids)
     gen = torch.Generator().manual_seed(args.seed * 1_000_003 + n_batch)
-    samples = engine.sample(
+    samples = generation.sample(
         model, state, args.samples, [budget] * len(batch), stop, gen, top_p=args.top_p
     )
     return [h for row in beams for h in row], [s for row in samples for s in row]
@@ -101,7 +101,7 @@ def compare(model, tok, rows: list[dict], args) -> dict:
     """Both decoders on the same batches, interleaved, args.reps times. Returns their wall times
     per repetition, and the beams and samples (flat lists) of the last repetition."""
     from benchmark_illusion.evaluation.decoding import Tokens, batches, format_prompts
-    from benchmark_illusion.evaluation.engine import StopRule
+    from benchmark_illusion.evaluation.generation import StopRule
     from benchmark_illusion.evaluation.settings import EvalSettings
 
     settings = EvalSettings()

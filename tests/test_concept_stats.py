@@ -1,4 +1,4 @@
-"""The concept-damage tests (competency.damage_tests, workflow/sql/concepts/30_damage.sql) on a
+"""The concept-damage tests (damage.damage_tests, workflow/sql/concepts/30_damage.sql) on a
 synthetic benchmark where the truth is known by construction.
 
 Three languages of 40 selected items each (dataset d); the dense model answers every item in
@@ -26,15 +26,15 @@ import pytest
 import yaml
 
 from benchmark_illusion.__main__ import main
+from benchmark_illusion.concepts.damage import bh_qvalues
+from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.concepts.gaps import (
-    GapSettings,
-    bh_qvalues,
     load_concept_tables,
     load_sae_fits,
     run_concept_sql,
 )
 from benchmark_illusion.config.validate import ConfigError, validate_config
-from benchmark_illusion.metrics.figures import _concept_damage_figure
+from benchmark_illusion.metrics.figures.concepts import _concept_damage_figure
 from test_concepts_sql import concept_files
 from test_config import minimal
 from test_sql import build, row

@@ -16,14 +16,15 @@ import duckdb
 import polars as pl
 import pytest
 
+from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.concepts.gaps import (
-    GapSettings,
     build_gaps_database,
     load_concept_tables,
     run_concept_sql,
     stability,
 )
-from benchmark_illusion.metrics.figures import CONCEPT_FIGURES, make_figures
+from benchmark_illusion.metrics.figures.concepts import CONCEPT_FIGURES
+from benchmark_illusion.metrics.figures.make import make_figures
 from test_sql import DENSE, POOL, PRUNED, build
 
 ROOT = Path(__file__).resolve().parents[1]

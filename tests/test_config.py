@@ -827,7 +827,7 @@ SETTINGS_IN_SCHEMA = [
         },
     ),
     (
-        "benchmark_illusion.concepts.gaps.GapSettings",
+        "benchmark_illusion.concepts.gap_settings.GapSettings",
         {
             **{
                 k: f"concepts.gaps.{k}"

@@ -1,4 +1,4 @@
-"""Tests for the dataset loaders in benchmark_illusion.data.loaders.
+"""Tests for the dataset loaders in benchmark_illusion.data.loaders, .local and .raw.
 
 No test touches the network or a shared data folder: hub sources are exercised through
 local folders laid out like the hub repositories (see `write_hub_mirror`), and every
@@ -20,14 +20,12 @@ from polars.testing import assert_frame_equal
 
 from benchmark_illusion.data.loaders import (
     HUB_LANGUAGES,
-    RAW_SCHEMA,
     TYDIQA_LANGUAGES,
     XQUAD_LANGUAGES,
-    DatasetError,
     load_raw,
-    raw_path_for,
     tydiqa_language_of,
 )
+from benchmark_illusion.data.raw import RAW_SCHEMA, DatasetError, raw_path_for
 from benchmark_illusion.io import write_parquet
 
 # The hub's nested schema: answers is a struct of parallel lists, offsets are int32.

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from benchmark_illusion.evaluation import engine
+from benchmark_illusion.evaluation import engine, generation
 from conftest import make_tiny_model
 
 PAD = 2
@@ -79,16 +79,16 @@ def test_scoring_leaves_prefill_cache_usable_for_greedy():
     prompts = _prompts()
     state = engine.prefill(model, prompts, PAD)
     engine.score_continuations(model, state, [[[7, 8, 9], [10]] for _ in prompts], PAD)
-    stop = engine.StopRule(
+    stop = generation.StopRule(
         frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
-    got = engine.greedy(model, state, 6, stop, PAD)
+    got = generation.greedy(model, state, 6, stop, PAD)
     for b, p in enumerate(prompts):
         assert got[b] == naive_greedy(model, p, 6), b
 
 
 def _expected_with_rule(free, stop_ids, newline, content):
-    """Reference for the stop rule, written independently of engine.greedy."""
+    """Reference for the stop rule, written independently of generation.greedy."""
     out, seen_content = [], False
     for t in free:
         if t in stop_ids:
@@ -115,11 +115,11 @@ def test_greedy_stops_at_stop_token_and_after_content_newline():
         ),  # leading blank newline is skipped
     ]
     for stop_ids, newline, content in cases:
-        got = engine.greedy(
+        got = generation.greedy(
             model,
             engine.prefill(model, [prompt], PAD),
             8,
-            engine.StopRule(stop_ids, newline, content),
+            generation.StopRule(stop_ids, newline, content),
             PAD,
         )
         want = _expected_with_rule(free, stop_ids, newline, content)
@@ -149,7 +149,7 @@ def test_beam_search_from_one_prefill_equals_transformers_beam_search():
     # stop ids the model does produce: the third greedy token of two prompts
     stop_ids = {naive_greedy(model, prompts[0], 3)[2], naive_greedy(model, prompts[2], 3)[2]}
     budgets = [6, 3, 8, 5]
-    got = engine.beam_search(model, engine.prefill(model, prompts, PAD), 4, budgets, stop_ids)
+    got = generation.beam_search(model, engine.prefill(model, prompts, PAD), 4, budgets, stop_ids)
     early = 0
     for b, p in enumerate(prompts):
         want = _hf_new_tokens(
@@ -175,11 +175,11 @@ def test_sampling_from_one_prefill_draws_what_transformers_draws():
         model.lm_head.weight.mul_(0.2)
     prompts = _prompts()[:3]
     stop_ids = frozenset({naive_greedy(model, prompts[0], 2)[1]})
-    stop = engine.StopRule(
+    stop = generation.StopRule(
         stop_ids, torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
     gen = torch.Generator().manual_seed(11)
-    got = engine.sample(
+    got = generation.sample(
         model,
         engine.prefill(model, prompts, PAD),
         5,
@@ -222,8 +222,8 @@ def test_sampling_stops_a_row_after_a_content_line_and_keeps_later_draws():
 
     def three_samples(newline):
         state = engine.prefill(model, prompts, PAD)
-        stop = engine.StopRule(frozenset(), newline, every)
-        return engine.sample(model, state, 3, [6, 6], stop, torch.Generator().manual_seed(2))
+        stop = generation.StopRule(frozenset(), newline, every)
+        return generation.sample(model, state, 3, [6, 6], stop, torch.Generator().manual_seed(2))
 
     free = three_samples(none)
     # make the second token of the first sample a line break
@@ -242,7 +242,7 @@ def test_expand_repeats_rows_and_leaves_the_state_untouched():
     prompts = _prompts()[:2]
     state = engine.prefill(model, prompts, PAD)
     before = [layer.keys.clone() for layer in state.cache.layers]
-    big = engine.expand(state, 3)
+    big = generation.expand(state, 3)
     assert big.mask.shape[0] == 6 and torch.equal(big.mask[3], state.mask[1])
     assert torch.equal(big.cache.layers[0].keys[4], state.cache.layers[0].keys[1])
     big.cache.reorder_cache(torch.tensor([5, 4, 3, 2, 1, 0]))
@@ -250,13 +250,15 @@ def test_expand_repeats_rows_and_leaves_the_state_untouched():
         torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers, strict=True)
     )
     # with room: in-place appends that read exactly like DynamicLayer's, past the room too
-    roomy = engine.expand(state, 3, room=2)
-    plain = engine.expand(state, 3)
-    assert all(isinstance(layer, engine.RoomyLayer) for layer in roomy.cache.layers)
-    stop = engine.StopRule(
+    roomy = generation.expand(state, 3, room=2)
+    plain = generation.expand(state, 3)
+    assert all(isinstance(layer, generation.RoomyLayer) for layer in roomy.cache.layers)
+    stop = generation.StopRule(
         frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
-    assert engine.greedy(model, roomy, 5, stop, PAD) == engine.greedy(model, plain, 5, stop, PAD)
+    assert generation.greedy(model, roomy, 5, stop, PAD) == generation.greedy(
+        model, plain, 5, stop, PAD
+    )
     assert all(
         torch.equal(a, layer.keys) for a, layer in zip(before, state.cache.layers, strict=True)
     )
@@ -317,10 +319,10 @@ def test_prefill_with_a_shared_head_reads_like_each_prompt_alone():
     for b, p in enumerate(prompts):
         for k, c in enumerate(conts[b]):
             assert abs(got[b][k] - naive_logprob(model, p, c)) < 1e-4, (b, k)
-    stop = engine.StopRule(
+    stop = generation.StopRule(
         frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
-    out = engine.greedy(model, shared, 6, stop, PAD)
+    out = generation.greedy(model, shared, 6, stop, PAD)
     assert out == [naive_greedy(model, p, 6) for p in prompts]
 
 
@@ -330,15 +332,15 @@ def test_stacked_states_decode_like_each_batch_alone_with_per_row_budgets():
     budgets = [6, 2, 4, 1, 5, 3]
     rows = a + b
     # token 5 ends a row early: the rows that finish leave the batch while the others run on
-    five = engine.StopRule(
+    five = generation.StopRule(
         frozenset({5}), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
-    state = engine.stack([engine.prefill(model, a, PAD), engine.prefill(model, b, PAD)], room=3)
+    state = generation.stack([engine.prefill(model, a, PAD), engine.prefill(model, b, PAD)], room=3)
     assert state.mask.shape == (6, 29)
-    got = engine.greedy(model, state, budgets, five, PAD)
+    got = generation.greedy(model, state, budgets, five, PAD)
     for r, p in enumerate(rows):
         free = naive_greedy(model, p, budgets[r])
         want = free[: free.index(5)] if 5 in free else free
         assert got[r] == want, r
     with pytest.raises(ValueError, match="2 budgets for 6 rows"):
-        engine.greedy(model, state, [1, 2], five, PAD)
+        generation.greedy(model, state, [1, 2], five, PAD)

@@ -291,17 +291,17 @@ def test_token_caps_bound_batches_and_decode_groups_without_changing_results(
     tiny, bundled_tokenizer, items, monkeypatch
 ):
     """batch_tokens and decode_tokens only cut batches and decode groups: the same rows."""
-    from benchmark_illusion.evaluation import engine
+    from benchmark_illusion.evaluation import generation
 
     stacked = []
-    real_stack = engine.stack
+    real_stack = generation.stack
 
     def stack(states, room=0):
         out = real_stack(states, room=room)
         stacked.append((out.mask.shape[0], out.mask.shape[1], room))
         return out
 
-    monkeypatch.setattr(engine, "stack", stack)
+    monkeypatch.setattr(generation, "stack", stack)
 
     def run(**caps):
         stacked.clear()

@@ -13,11 +13,13 @@ import pytest
 from matplotlib.container import BarContainer, ErrorbarContainer
 from matplotlib.figure import Figure
 
-from benchmark_illusion.concepts.gaps import GapSettings
+from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA
-from benchmark_illusion.metrics import figures
 from benchmark_illusion.metrics.aggregate import MetricSettings, create_views, run_metric_sql
-from benchmark_illusion.metrics.figures import FIGURES, make_figures
+from benchmark_illusion.metrics.figures import make
+from benchmark_illusion.metrics.figures.accuracy import MC_ONLY_STATUSES
+from benchmark_illusion.metrics.figures.common import DECODES, FORMATS
+from benchmark_illusion.metrics.figures.make import FIGURES, make_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
@@ -184,7 +186,7 @@ def test_figures_with_every_item_decoded(tmp_path):
 
 def test_quantized_checkpoints_are_drawn_by_size_and_kept_out_of_the_sparsity_figures(tmp_path):
     from benchmark_illusion.metrics.aggregate import connect
-    from benchmark_illusion.metrics.figures import _methods
+    from benchmark_illusion.metrics.figures.common import _methods
 
     grid = [
         ("wanda", "unstructured", 0.5),
@@ -390,7 +392,7 @@ def draw(monkeypatch, tmp_path):
     monkeypatch.setattr(Figure, "savefig", savefig)
 
     def run(con, name):
-        getattr(figures, name)(con, tmp_path / f"{name}.png")
+        getattr(make, name)(con, tmp_path / f"{name}.png")
         assert len(saved) == 1, name
         return saved.pop()
 
@@ -503,10 +505,10 @@ def test_the_varied_logs_separate_every_series(varied):
 def test_accuracy_vs_sparsity_plots_each_format_from_the_accuracy_table(varied, draw):
     fig = draw(varied, "accuracy_vs_sparsity")
     got = panels(fig)
-    expected_titles = {f"{m}: {t}" for m in MODELS for t in figures.FORMATS.values()}
+    expected_titles = {f"{m}: {t}" for m in MODELS for t in FORMATS.values()}
     assert set(got) == expected_titles
     for model in MODELS:
-        for fmt, title in figures.FORMATS.items():
+        for fmt, title in FORMATS.items():
             ax = got[f"{model}: {title}"]
             expected = {}
             for method in PRUNING[model]:
@@ -617,7 +619,7 @@ def test_mc_only_split_stacks_each_status_from_the_mc_only_table(varied, draw):
                 f"{sp:g}" if st == "unstructured" else f"{sp:g} {st}" for st, sp, *_ in rows
             ]
             bars = {c.get_label(): c for c in ax.containers if isinstance(c, BarContainer)}
-            assert list(bars) == [label for label, _ in figures.MC_ONLY_STATUSES.values()]
+            assert list(bars) == [label for label, _ in MC_ONLY_STATUSES.values()]
             top = [0.0] * len(rows)
             for k, container in enumerate(bars.values()):
                 heights = [p.get_height() for p in container.patches]
@@ -684,11 +686,11 @@ def test_recovery_by_decode_plots_each_decode_from_the_recovery_table(varied, dr
             ).fetchall()
             expected = {}
             for decode, sp, rate, lo, hi, f, flo, fhi in rows:
-                expected.setdefault(figures.DECODES[decode], []).append((sp, rate, lo, hi))
+                expected.setdefault(DECODES[decode], []).append((sp, rate, lo, hi))
                 if decode == "oracle" and f is not None:
                     label = "any decode, judged against a distractor (false recovery)"
                     expected.setdefault(label, []).append((sp, f, flo, fhi))
-            assert len(expected) == len(figures.DECODES) + 1
+            assert len(expected) == len(DECODES) + 1
             drawn = errorbars(ax)
             assert sorted(drawn) == sorted(expected), ax.get_title()
             for label, points in expected.items():
@@ -733,10 +735,10 @@ def test_position_bias_shows_each_format_from_the_position_bias_table(varied, dr
     got = {
         ax.get_title().split("\n")[0]: ax for ax in panels(draw(varied, "position_bias")).values()
     }
-    assert set(got) == {f"{m}: {figures.FORMATS[f]}" for m in MODELS for f in ("candidates", "mc")}
+    assert set(got) == {f"{m}: {FORMATS[f]}" for m in MODELS for f in ("candidates", "mc")}
     for model in MODELS:
         for fmt in ("candidates", "mc"):
-            ax = got[f"{model}: {figures.FORMATS[fmt]}"]
+            ax = got[f"{model}: {FORMATS[fmt]}"]
             rows = varied.execute(
                 "SELECT method, structure, sparsity, bits, position, share FROM position_bias "
                 "WHERE dataset = 'all' AND model = ? AND format = ? "
@@ -785,12 +787,12 @@ MC_ONLY_PANEL = "MC-only rate (mc right, open wrong)"
 
 def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_stored_bits(varied, draw):
     got = panels(draw(varied, "accuracy_vs_size"))
-    titles = [*figures.FORMATS.values(), MC_ONLY_PANEL]
+    titles = [*FORMATS.values(), MC_ONLY_PANEL]
     assert set(got) == {f"{m}: {t}" for m in MODELS for t in titles}
     assert sorted(SIZE_LINES) == MODELS
     for model in MODELS:
-        for fmt in [*figures.FORMATS, "mc_only"]:
-            title = figures.FORMATS.get(fmt, MC_ONLY_PANEL)
+        for fmt in [*FORMATS, "mc_only"]:
+            title = FORMATS.get(fmt, MC_ONLY_PANEL)
             ax = got[f"{model}: {title}"]
             if fmt == "mc_only":
                 source = (

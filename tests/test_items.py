@@ -1,4 +1,5 @@
-"""Tests for benchmark_illusion.data.items: row validation, answer comparisons and item building."""
+"""Tests for benchmark_illusion.data.items, .answers and .spans: row validation, answer
+comparisons, passage spans and item building."""
 
 from __future__ import annotations
 
@@ -9,16 +10,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from benchmark_illusion.data.items import (
-    _kind,
-    build_items,
-    is_numeric,
-    overlaps,
-    split_sentences,
-    validate_rows,
-)
+from benchmark_illusion.data.answers import is_numeric, overlaps
+from benchmark_illusion.data.items import build_items, validate_rows
 from benchmark_illusion.data.loaders import load_raw
-from benchmark_illusion.evaluation.judge import tokenize
+from benchmark_illusion.data.spans import _kind, split_sentences
+from benchmark_illusion.evaluation.text import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -811,7 +807,7 @@ def _window(n_tokens):
 
 
 def test_length_range_is_half_to_one_and_a_half_times_the_gold():
-    from benchmark_illusion.data.items import _length_range
+    from benchmark_illusion.data.spans import _length_range
 
     for n in range(0, 12):
         got = _length_range(n)

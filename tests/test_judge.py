@@ -1,5 +1,5 @@
-"""Tests for benchmark_illusion.evaluation.judge: normalisation, tokens, metrics and the echo and
-length rules."""
+"""Tests for benchmark_illusion.evaluation.text, judge and candidates: normalisation, tokens,
+metrics and the echo and length rules."""
 
 from __future__ import annotations
 
@@ -10,20 +10,17 @@ import sys
 
 import pytest
 
+from benchmark_illusion.evaluation.candidates import judge_candidates, option_label
 from benchmark_illusion.evaluation.judge import (
     Judgement,
     contains,
     exact_match,
-    first_line,
     judge,
-    judge_candidates,
     named_phrases,
-    normalize,
-    option_label,
     sentence_count,
     token_f1,
-    tokenize,
 )
+from benchmark_illusion.evaluation.text import first_line, normalize, tokenize
 
 Q_FR = "What is the capital of France?"
 PASSAGE_FR = (
@@ -800,7 +797,7 @@ def test_candidates_cjk_label_punctuation(output):
 
 
 def test_label_letters_are_the_prompt_letters():
-    from benchmark_illusion.evaluation.judge import LABEL_LETTERS
+    from benchmark_illusion.evaluation.candidates import LABEL_LETTERS
     from benchmark_illusion.evaluation.prompts import LETTERS
 
     assert LABEL_LETTERS == LETTERS == "ABCDEFGH"
@@ -808,7 +805,8 @@ def test_label_letters_are_the_prompt_letters():
 
 def test_restating_the_question_subject_is_not_a_hedge():
     """Passage-span distractors can be the question's subject; a declarative answer names it."""
-    from benchmark_illusion.evaluation.judge import judge, judge_candidates
+    from benchmark_illusion.evaluation.candidates import judge_candidates
+    from benchmark_illusion.evaluation.judge import judge
 
     q = "Which river does the Pellan Bridge cross?"
     options = ["Pellan Bridge", "grey stone", "Sorr River", "1931"]

@@ -13,7 +13,7 @@ import torch
 
 from benchmark_illusion import pipeline
 from benchmark_illusion.config import params as rule_params
-from benchmark_illusion.evaluation import engine
+from benchmark_illusion.evaluation import engine, generation
 from benchmark_illusion.evaluation.decoding import Tokens, stop_rule
 from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
 from benchmark_illusion.evaluation.prompts import PromptSettings
@@ -278,5 +278,6 @@ def test_a_finite_model_gives_the_same_rows_with_the_checks(tiny, bundled_tokeni
     settings = dict(formats=("open", "mc", "candidates"), recovery=rec)
     with_checks = evaluate(tiny, bundled_tokenizer, **settings)
     monkeypatch.setattr(engine, "check_finite", lambda *a, **k: None)
+    monkeypatch.setattr(generation, "check_finite", lambda *a, **k: None)
     without = evaluate(tiny, bundled_tokenizer, **settings)
     assert with_checks.drop("seconds").equals(without.drop("seconds"))

@@ -16,11 +16,8 @@ import yaml
 from torch import nn
 
 from benchmark_illusion.compression import perturbation
-from benchmark_illusion.compression.perturbation import (
-    parse_perturbed,
-    perturb_model,
-    perturbed_method,
-)
+from benchmark_illusion.compression.names import parse_perturbed, perturbed_method
+from benchmark_illusion.compression.perturbation import perturb_model
 from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.config import params as rule_params
@@ -473,7 +470,8 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
 def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
     import duckdb as db_
 
-    from benchmark_illusion.metrics.figures import _methods, make_figures
+    from benchmark_illusion.metrics.figures.common import _methods
+    from benchmark_illusion.metrics.figures.make import make_figures
     from test_figures import assert_pngs, database
 
     grid = [

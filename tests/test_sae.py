@@ -1,5 +1,5 @@
-"""The SAE modules (sae, residual, sae_train, sae_build, concepts): reading the residual stream,
-TopK encoding, fit statistics, the SAELens on-disk format (both directions, checked against
+"""The SAE modules (sae, residual, sae_train, sae_build, concepts, labels): reading the residual
+stream, TopK encoding, fit statistics, the SAELens on-disk format (both directions, checked against
 SAELens itself), corpus and item tokens, the concept settings, labels, and training on the real
 bundled model (FVE floor)."""
 
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from benchmark_illusion.concepts import activations as C
+from benchmark_illusion.concepts import labels as L
 from benchmark_illusion.concepts import residual as R
 from benchmark_illusion.concepts import sae as S
 from benchmark_illusion.concepts import sae_build as B
@@ -391,10 +392,10 @@ def test_corpus_is_seeded_split_and_capped(tmp_path, bundled_tokenizer):
 
 def test_short_label_by_hand():
     assert (
-        C.short_label(["Paris", "France", "Paris", "Lyon", "France", "Rome"], [1, 5, 2, 1, 1, 9])
+        L.short_label(["Paris", "France", "Paris", "Lyon", "France", "Rome"], [1, 5, 2, 1, 1, 9])
         == "France | Paris | Rome"
     )
-    assert C.short_label([], []) is None
+    assert L.short_label([], []) is None
 
 
 def test_max_activating_keeps_the_top_examples_per_latent():
@@ -409,7 +410,7 @@ def test_max_activating_keeps_the_top_examples_per_latent():
         pad_token_id = 0
 
     s = C.ConceptSettings(top_examples=3, batch_size=4)
-    stats, top = C.max_activating(sae, reader, Tok(), seqs, s)
+    stats, top = L.max_activating(sae, reader, Tok(), seqs, s)
     acts = R.read_activations(reader, seqs, batch_size=4, pad_id=0)
     a = sae.encode(acts.acts)
     assert stats["n_fired"].to_list() == (a > 0).sum(0).tolist()
@@ -485,7 +486,7 @@ def test_llm_labeler_labels_the_most_often_firing_concepts(bundled_model_dir):
             ],
         }
     )
-    labels = C.llm_labels(
+    labels = L.llm_labels(
         {
             "model": {"source": "local", "path": str(bundled_model_dir)},
             "max_concepts": 2,

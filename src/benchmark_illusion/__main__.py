@@ -27,14 +27,9 @@ import os
 import sys
 from pathlib import Path
 
-from benchmark_illusion.evaluation.judge import (
-    LABEL_LETTERS,
-    first_line,
-    judge,
-    judge_candidates,
-    normalize,
-    tokenize,
-)
+from benchmark_illusion.evaluation.candidates import LABEL_LETTERS, judge_candidates
+from benchmark_illusion.evaluation.judge import judge
+from benchmark_illusion.evaluation.text import first_line, normalize, tokenize
 
 DEFAULT_DB = "results/illusion.duckdb"
 
@@ -292,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         "judge",
         help="judge one answer and print the verdict with every flag as JSON",
         description="Judge one generated answer as the evaluation does (src/benchmark_illusion/"
-        "judge.py) and print one JSON object. Exit code 0 whatever the verdict.",
+        "evaluation/judge.py) and print one JSON object. Exit code 0 whatever the verdict.",
     )
     j.add_argument("output", help="the generated answer (only its first non-empty line is judged)")
     j.add_argument("--lang", required=True, help="language code of the item, e.g. en, de, zh, tr")

@@ -1,7 +1,7 @@
 """One function per pipeline step, file in, file out, for the evaluation, pruning and quantization
-rules (the data rules' steps are in datasteps.py, which imports no torch; the concept rules' in
-sae_build.py and concepts.py, the aggregation's in aggregate.py and competency.py, figures in
-figures.py). Each takes its rule's params.
+rules (the data rules' steps are in data/steps.py, which imports no torch; the concept rules' in
+concepts/: sae_build.py, activations.py, labels.py and gaps.py; the aggregation's in
+metrics/aggregate.py, the figures' in metrics/figures/). Each takes its rule's params.
 
 Each function validates its inputs before any long computation and writes its outputs
 atomically, so an interrupted step leaves nothing that looks finished.
@@ -10,7 +10,6 @@ atomically, so an interrupted step leaves nothing that looks finished.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ from transformers import AutoTokenizer
 
 from benchmark_illusion.compression import calibration as cal
 from benchmark_illusion.compression import quantization as quant
-from benchmark_illusion.compression.perturbation import parse_perturbed
+from benchmark_illusion.compression.names import describe_checkpoint
 from benchmark_illusion.compression.pruning.layerwise import (
     PruneSettings,
     check_report,
@@ -37,15 +36,15 @@ from benchmark_illusion.evaluation.prompts import PromptSettings
 from benchmark_illusion.evaluation.recovery import recovery_floor
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA, write_empty_log_if_no_items
 from benchmark_illusion.evaluation.settings import EvalSettings, RecoverySettings
-from benchmark_illusion.io import atomic_path, sha256_file, stable_hash, write_json, write_parquet
+from benchmark_illusion.io import atomic_path, stable_hash, write_parquet
 from benchmark_illusion.models.checkpoints import (
     checkpoint_hash,
     load_checkpoint,
     log_peak_gpu_memory,
     resolve_device,
     where,
+    write_checkpoint,
 )
-from benchmark_illusion.models.variants import STRUCTURE as VARIANT
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -98,22 +97,6 @@ def eval_config_hash(params: dict) -> str:
             "seed": params["seed"],
         }
     )
-
-
-def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
-    """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
-    pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'; a
-    perturbed twin (noise0-gptq) its source's structure and no bits (its weights are dense); a
-    variant made elsewhere 'variant' and no bits (they are measured: the `variants` table)."""
-    twin = parse_perturbed(method)
-    if twin is not None:
-        return describe_checkpoint(twin[1], structure)[0], None
-    if method in quant.METHODS:
-        grid = parse_grid(structure)
-        return str(grid), grid.bits
-    if structure in ("none", VARIANT):  # dense; a variant made elsewhere (its bits: `variants`)
-        return structure, None
-    return str(parse_structure(structure)), None
 
 
 def evaluate_file(
@@ -286,24 +269,6 @@ def _load_for_compression(model_dir, calibration, dtype, device, trust_remote_co
     return net, tok, windows, device
 
 
-def _write_checkpoint(out, net, tok, model_dir, report_name: str, report: dict, **provenance):
-    """Write a compressed checkpoint atomically: weights (safetensors), tokenizer, the step's
-    report as `report_name`, and the dense model's provenance.json updated with `provenance`
-    and the new weights' sha256."""
-    with atomic_path(out) as tmp:
-        net.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        write_json(report, Path(tmp) / report_name)
-        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
-        prov.update(
-            **provenance,
-            weights_sha256={
-                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
-            },
-        )
-        write_json(prov, Path(tmp) / "provenance.json")
-
-
 def prune_settings(params: dict, method: str, structure: str, sparsity: float):
     """PruneSettings for one grid point from the prune rule's params (params.prune: the batch
     size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
@@ -350,7 +315,7 @@ def prune_file(
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     report["tolerance"] = params["tolerance"]
     check_report(report, params["tolerance"])
-    _write_checkpoint(
+    write_checkpoint(
         out,
         net,
         tok,
@@ -422,7 +387,7 @@ def quantize_file(
     report["dtype"] = params["dtype"]
     report["dense_model_hash"] = checkpoint_hash(model_dir)
     quant.check_report(report)
-    _write_checkpoint(
+    write_checkpoint(
         out,
         net,
         tok,

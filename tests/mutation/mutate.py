@@ -30,14 +30,15 @@ EQUIVALENT = Path(__file__).with_name("equivalent.md")
 
 # Functions whose mutants are run (mutmut names: module.x_function, module.xǁClassǁmethod).
 SCOPE = [
-    # judge: containment, echo (question copy, question share, passage copy), length limits,
-    # hedge, repeat, F1, naming an option, the sentence-tolerant verdict
+    # judge: containment (text.py), echo (question copy, question share, passage copy), length
+    # limits, hedge, repeat, F1, naming an option, the sentence-tolerant verdict
+    *(
+        f"benchmark_illusion.evaluation.text.x_{f}__mutmut_*"
+        for f in ("first_line", "find_token_runs", "contains_tokens")
+    ),
     *(
         f"benchmark_illusion.evaluation.judge.x_{f}__mutmut_*"
         for f in (
-            "first_line",
-            "find_token_runs",
-            "contains_tokens",
             "named_phrases",
             "_inside_gold",
             "_answered",
@@ -58,20 +59,15 @@ SCOPE = [
     # pruning: every mask and SparseGPT
     "benchmark_illusion.compression.pruning.masks.*",
     "benchmark_illusion.compression.pruning.sparsegpt.*",
-    # items: kinds, overlaps, the length window, the distractor order and its rejections
+    # items: kinds and overlaps (answers.py), the length window (spans.py), the distractor order
+    # and its rejections (distractors.py)
     *(
-        f"benchmark_illusion.data.items.x_{f}__mutmut_*"
-        for f in (
-            "_is_numeric_tokens",
-            "is_numeric",
-            "_overlap_tokens",
-            "overlaps",
-            "_kind",
-            "_length_range",
-            "_choose_passage_distractors",
-        )
+        f"benchmark_illusion.data.answers.x_{f}__mutmut_*"
+        for f in ("_is_numeric_tokens", "is_numeric", "_overlap_tokens", "overlaps")
     ),
-    "benchmark_illusion.data.items.xǁ_Pickedǁconsider__mutmut_*",
+    *(f"benchmark_illusion.data.spans.x_{f}__mutmut_*" for f in ("_kind", "_length_range")),
+    "benchmark_illusion.data.distractors.x__choose_passage_distractors__mutmut_*",
+    "benchmark_illusion.data.distractors.xǁ_Pickedǁconsider__mutmut_*",
     # bootstrap: the draws, their counts, the quantiles and the intervals of the replicates
     *(
         f"benchmark_illusion.metrics.bootstrap.x_{f}__mutmut_*"

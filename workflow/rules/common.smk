@@ -82,7 +82,7 @@ def get_dataset_config(wildcards):
 
 def get_raw_input(wildcards):
     """The local file that dataset {dataset}/{lang} is read from (none for hub sources)."""
-    from benchmark_illusion.data.loaders import raw_path_for
+    from benchmark_illusion.data.raw import raw_path_for
 
     path = raw_path_for(config["datasets"][wildcards.dataset], wildcards.lang)
     return [path] if path else []
@@ -202,7 +202,7 @@ def perturbation_targets(model):
     """(method, structure path, sparsity str) of every perturbed twin of {model}: one per
     compressed checkpoint (variants included) and seed of controls.perturbation.seeds (none
     when it is empty)."""
-    from benchmark_illusion.compression.perturbation import perturbed_method
+    from benchmark_illusion.compression.names import perturbed_method
 
     return [
         (perturbed_method(seed, meth), st, s)
@@ -232,7 +232,7 @@ def perturbed_generation_files():
 
 def get_perturbation_source(wildcards):
     """The compressed checkpoint a twin {method} = noise<seed>-<source> copies the size of."""
-    from benchmark_illusion.compression.perturbation import parse_perturbed
+    from benchmark_illusion.compression.names import parse_perturbed
 
     _, source = parse_perturbed(wildcards.method)
     w = wildcards

@@ -2,6 +2,7 @@ from pathlib import Path
 
 from benchmark_illusion import logs
 from benchmark_illusion.concepts import gaps as competency
+from benchmark_illusion.concepts.gap_settings import GapSettings
 
 logs.to_file(snakemake.log[0])
 # results/concepts/{model}/sae: the model is the folder above
@@ -13,6 +14,6 @@ competency.build_gaps_database(
     tokens=list(snakemake.input.tokens),
     labels=list(snakemake.input.labels),
     sql_files=list(snakemake.input.sql),
-    settings=competency.GapSettings(**snakemake.params.gaps),
+    settings=GapSettings(**snakemake.params.gaps),
     sae_fits=fits,
 )

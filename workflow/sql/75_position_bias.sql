@@ -49,7 +49,7 @@ FROM grouped
 WHERE position >= 0 OR format = 'candidates'
 ORDER BY model, method, structure, sparsity, dataset, lang, format, n_options, position;
 
--- option_kind(text): the kind of an option as items.py's distractor rules see it: 'number'
+-- option_kind(text): the kind of an option as the distractor rules see it (data/spans.py): 'number'
 -- (contains a decimal digit of any script), 'name' (its first letter or digit is an upper- or
 -- title-case letter), else 'other'.
 CREATE OR REPLACE MACRO option_kind(t) AS

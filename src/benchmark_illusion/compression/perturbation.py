@@ -13,7 +13,7 @@ A twin is named like a checkpoint: method `noise<seed>-<source method>` (e.g. `n
 the source's structure and sparsity, in the pruned checkpoints' layout
 (results/checkpoints/{model}/noise0-wanda/unstructured/0.3/), so `evaluate` and every table treat
 it as one more checkpoint, and the tables key it by (model, method, structure, sparsity) like any
-other. The naming helpers here import no torch (the Snakefile's parse reads them).
+other (the names: compression/names.py).
 """
 
 from __future__ import annotations
@@ -22,29 +22,14 @@ import hashlib
 import json
 import logging
 import math
-import re
 import time
 from pathlib import Path
 
+from benchmark_illusion.compression.names import parse_perturbed
+
 log = logging.getLogger("benchmark_illusion")
 
-PREFIX = "noise"
-# noise<seed>-<source method>; the seed is a non-negative integer without a sign or leading zeros
-METHOD_RE = re.compile(rf"^{PREFIX}(0|[1-9][0-9]*)-(.+)$")
 REPORT = "perturbation.json"
-
-
-def perturbed_method(seed: int, source: str) -> str:
-    """The method name of the twin of a `source` checkpoint for `seed`: noise<seed>-<source>."""
-    if seed < 0:
-        raise ValueError(f"a perturbation seed is a non-negative integer, got {seed}")
-    return f"{PREFIX}{int(seed)}-{source}"
-
-
-def parse_perturbed(method: str) -> tuple[int, str] | None:
-    """(seed, source method) of a twin's method name; None for any other method."""
-    m = METHOD_RE.match(method)
-    return (int(m.group(1)), m.group(2)) if m else None
 
 
 def noise_seed(seed: int, name: str) -> int:
@@ -172,8 +157,12 @@ def perturb_file(
     """
     import torch
 
-    from benchmark_illusion.models.checkpoints import checkpoint_hash, load_checkpoint
-    from benchmark_illusion.pipeline import _write_checkpoint, describe_checkpoint
+    from benchmark_illusion.compression.names import describe_checkpoint
+    from benchmark_illusion.models.checkpoints import (
+        checkpoint_hash,
+        load_checkpoint,
+        write_checkpoint,
+    )
 
     parsed = parse_perturbed(method)
     if parsed is None:
@@ -195,7 +184,7 @@ def perturb_file(
         source_model_hash=checkpoint_hash(source_dir),
         source=str(source_dir),
     )
-    _write_checkpoint(
+    write_checkpoint(
         out,
         net,
         tok,

@@ -16,11 +16,12 @@ import yaml
 from jsonschema import Draft202012Validator, validators
 
 from benchmark_illusion.compression.structures import parse_structure
-from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw, raw_path_for
+from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw
+from benchmark_illusion.data.raw import raw_path_for
 from benchmark_illusion.models.sources import ModelSourceError, package_gguf
 from benchmark_illusion.models.variants import name_errors, tokenizer_errors
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class ConfigError(ValueError):

@@ -9,8 +9,9 @@ import time
 
 from tqdm import tqdm
 
-from benchmark_illusion.evaluation import engine
-from benchmark_illusion.evaluation.judge import judge, judge_candidates, normalize
+from benchmark_illusion.evaluation import engine, generation
+from benchmark_illusion.evaluation.candidates import judge_candidates
+from benchmark_illusion.evaluation.judge import judge
 from benchmark_illusion.evaluation.prompts import (
     PromptSettings,
     adds_special_tokens,
@@ -18,6 +19,7 @@ from benchmark_illusion.evaluation.prompts import (
     prompt_id,
 )
 from benchmark_illusion.evaluation.settings import EvalSettings
+from benchmark_illusion.evaluation.text import normalize
 
 
 class Tokens:
@@ -83,13 +85,13 @@ class BatchItems:
         return False  # the error goes on
 
 
-def stop_rule(model, tokenizer) -> engine.StopRule:
+def stop_rule(model, tokenizer) -> generation.StopRule:
     """When a decode ends: the tokenizer's end-of-sequence token and the model's generation
     config's (an instruct model's end-of-turn token), and a line break after content."""
     gen = getattr(model, "generation_config", None)
     eos = getattr(gen, "eos_token_id", None) if gen is not None else None
     extra = [] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [eos]
-    return engine.StopRule.for_tokenizer(tokenizer, extra)
+    return generation.StopRule.for_tokenizer(tokenizer, extra)
 
 
 # A batch of length-sorted prompts ends before a prompt this many times longer than its
@@ -150,7 +152,7 @@ def decode_grouped(
     batch's state no longer needed by the caller once yielded). A decode step reads every
     weight once whatever its rows (on 2 CPU cores a 32-row step of the bundled model costs
     1.5x an 8-row one, for 4x the rows), so the rows of consecutive batches are stacked
-    (`engine.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
+    (`generation.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
     holds no more rows than fit that many tokens at its widest prompt plus the decode room (one
     batch always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
     seconds per row). budget, item_ids: per item index; fmt: the format, for errors.
@@ -161,9 +163,9 @@ def decode_grouped(
         t0 = time.perf_counter()
         ids = [i for batch, _, _ in group for i in batch]
         room = max(budget[i] for i in ids)
-        state = engine.stack([st for _, st, _ in group], room=room)  # frees their caches
+        state = generation.stack([st for _, st, _ in group], room=room)  # frees their caches
         with BatchItems(fmt, [item_ids[i] for i in ids]):
-            gen = engine.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
+            gen = generation.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
         dt = (time.perf_counter() - t0) / len(ids)
         at = 0
         for batch, _, payload in group:

@@ -29,11 +29,11 @@ from benchmark_illusion.evaluation.decoding import (
     prefill_batches,
     stop_rule,
 )
-from benchmark_illusion.evaluation.judge import normalize
 from benchmark_illusion.evaluation.prompts import prompt_id
 from benchmark_illusion.evaluation.recovery import recovery_rows
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA
 from benchmark_illusion.evaluation.settings import FORMATS, EvalSettings
+from benchmark_illusion.evaluation.text import normalize
 
 __all__ = ["LOG_SCHEMA", "EvalSettings", "RunMeta", "evaluate_items", "naive_logprob"]
 

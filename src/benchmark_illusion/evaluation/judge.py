@@ -5,50 +5,9 @@ passage copied out, long rambles, every option listed, the gold said six times) 
 games a naive "does the answer contain the gold string" test. The definitions below are
 language-aware and reject those cases.
 
-Normalisation (`normalize`)
-    1. Unicode NFKC (full-width letters and digits become ASCII, ligatures split), then
-       casefold (German "ß" matches "ss", Greek final "ς" matches "σ"), then NFC;
-    2. script rules, the same for every `lang` (a gold in one script can turn up in any
-       benchmark, and none of them merges two words of a language that keeps them apart):
-       - Greek: every combining mark on a Greek letter is dropped (tonos, dialytika,
-         polytonic marks), so "ΣΟΦΟΚΛΗΣ", "σοφοκλης" and "Σοφοκλής" are equal. Greek
-         capitals are written without accents, so without this an upper-case answer
-         never matches;
-       - Turkish: casefold turns the dotted capital "İ" into "i" + U+0307 COMBINING DOT
-         ABOVE; the dot is dropped, so "İstanbul" matches "istanbul". The dotless "ı" is
-         mapped to "i" as well: casefold already maps the capital "I" to "i" in every
-         language, so "ISPARTA", "Isparta" and "ısparta" could not be told apart anyway,
-         and keeping "ı" apart would only make capitalisation variants (I/ı/İ/i) miss;
-       - Romanian: the comma-below letters "ș" "ț" (U+0219, U+021B) are folded to the
-         cedilla letters "ş" "ţ" (U+015F, U+0163), which older Romanian text and many
-         models use for the same letters (Turkish "ş" is left as it is);
-    3. every Unicode decimal digit becomes its ASCII digit (unicodedata.decimal): Arabic-
-       Indic "١٩٧١", Extended Arabic-Indic "۱۹۷۱", Bengali "১৯৭১", Devanagari "१९७१", Thai
-       "๑๙๗๑" and full-width "１９７１" all read "1971";
-    4. a minus sign that starts a number is kept as "-": a hyphen-minus or U+2212 MINUS
-       SIGN directly before a digit, at the start of the text, after whitespace or after
-       an opening bracket or quote ("-5", "(−5)"), so "-5" does not match "5". Anywhere
-       else both are punctuation ("1990-1995" reads "19901995", as before);
-    5. apostrophes (U+0027 ', U+2018 ‘, U+2019 ’, U+02BC ʼ) become spaces: they split a
-       word instead of gluing its parts. Turkish writes case suffixes after an apostrophe
-       on proper names and numbers ("1850'den", "İstanbul'da"), and the passage copy must
-       contain the gold "1850". Intended side effects: the English possessive "Newton's"
-       contains the gold "Newton", French "l'Europe" contains "Europe";
-    6. remove every other character whose Unicode category starts with "P" (all
-       punctuation: ASCII, and e.g. "。", "，", "、", "،", "؟", "।", "¿", "«");
-    7. zero-width space and BOM become spaces; invisible format characters (U+200E/U+200F
-       direction marks, U+202A-U+202E, U+2066-U+2069, U+2060 word joiner, U+00AD soft
-       hyphen) are removed; whitespace runs collapse to one space, the ends are stripped;
-    8. only when lang is English ("en", or "en-..."/"en_..."): drop the whole words
-       "a", "an" and "the".
-    Other combining marks (Devanagari vowel signs, Arabic harakat, Vietnamese tones, ...)
-    are kept.
-
-Tokens (`tokenize`)
-    The normalised text split on spaces; in addition every CJK ideograph, Hiragana,
-    Katakana and Thai character is a token of its own, because these scripts are
-    written without spaces between words. Digits are never split off: "1500" and
-    "2008年" give the tokens ["1500"] and ["2008", "年"].
+Texts are compared as tokens: `normalize` and `tokenize` (evaluation/text.py, whose module
+docstring gives their rules) fold case, script variants, digits and punctuation the same
+way in every language, and make each CJK, kana and Thai character a token of its own.
 
 Only the first non-empty line of a prediction is judged (`first_line`), so
 "Paris\\nLondon is ..." is judged as "Paris".
@@ -141,32 +100,8 @@ correct_sentence (the sentence-tolerant verdict, beside `correct`)
     `sentences` and `sentence_too_long` are reported for every non-empty prediction.
 
 `candidates` format (`judge_candidates`: the prompt lists the options, the model picks one)
-    The output is correct only when it names exactly one option and that option is the
-    gold. On the first non-empty line (after NFKC, so full-width "（Ｃ）" reads "(C)"):
-    - with letters (prompt style "letters", options shown as "A. text"), a leading label
-      names the option of that letter: "C", "C.", "C:", "(C)", "C)", "[C]", and followed
-      by text "C. text", "C: text", "(C) text", "C) text"; "。" and "、" work like "."
-      (Chinese and Japanese answers write "C、北京"). After "." or ":" the text must not
-      start with a Latin letter, so "E.ON" and "e.g. 1427" are not labels.
-      Label letters are A-H (only as many as there are options), upper or lower case,
-      and the Greek and Cyrillic capitals that look like them: Greek Α Β Ε Η read A B E
-      H, Cyrillic А В С Е Н read A B C E H (a model writing in those scripts may pick
-      the look-alike key). A word that merely starts with a letter ("An answer", "A
-      cat") is not a label;
-    - the judged text is the text after a label, the label's option text for a bare
-      label, or the whole line when there is no label. Options named by the judged text
-      (see "Naming an option") are added to the label's option;
-    - options_named is how many different options are named; pred_option is the one
-      named option (None when none or several are named);
-    - with letters=False (prompt style "bullets", options shown as "- text") there are no
-      labels: only naming by text counts.
-    exact_match, f1, contains, echo and too_long compare the judged text with the gold
-    option's text as `judge` does (echo and too_long are false for a bare label), hedge
-    and repeat as above. correct = options_named == 1 and pred_option == gold_option and
-    contains and not echo and not too_long and not hedge and not repeat; so a label
-    followed by text naming another option ("C. 1500" where C is 1427 and B is 1500) or
-    by text that is not the label's option ("C. Talbach") is wrong, and listing
-    "1500, 1427, 1600, 1700" is wrong (options_named 4, hedge).
+    Option labels, the judged text, options_named and pred_option: the module docstring
+    of evaluation/candidates.py.
 
 What the judge cannot detect: paraphrases and synonyms ("USA" for "United States"),
 correct answers in another script or transliterated ("Moscow" for "Москва"), numbers
@@ -178,165 +113,19 @@ written as words ("twelve" for "12") or in other units or formats ("1.5 km" for 
 from __future__ import annotations
 
 import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 
-from benchmark_illusion.evaluation.prompts import LETTERS
-
-_EN_ARTICLES = frozenset({"a", "an", "the"})
-
-# Invisible separators some corpora (notably Chinese and Thai web text) use between
-# words; they are not whitespace to str.split but must not glue tokens together.
-_SPACE_LIKE = frozenset("\u200b\ufeff")
-# Invisible format characters that carry no text: direction marks and embeddings,
-# isolates, word joiner, soft hyphen. Removed without a trace.
-_INVISIBLE = frozenset(
-    "\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\u00ad"
+from benchmark_illusion.evaluation.text import (
+    contains_tokens,
+    find_token_runs,
+    first_line,
+    tokenize,
 )
-# Apostrophes split words (Turkish suffixes: "1850'den"); see the module docstring, rule 5.
-_APOSTROPHES = frozenset("'\u2018\u2019\u02bc")
-_MINUS = frozenset("-\u2212")
-# Single-character folds after casefold: Romanian comma-below to cedilla, Turkish dotless i.
-_FOLD = {"\u0219": "\u015f", "\u021b": "\u0163", "\u0131": "i"}
 
 # Echo thresholds (see the module docstring, rule b).
 _ECHO_MIN_TOKENS = 3
 _ECHO_SHARE = 0.6
-
-
-def _is_english(lang: str) -> bool:
-    return lang.lower().replace("_", "-").split("-")[0] == "en"
-
-
-def _is_unspaced_char(ch: str) -> bool:
-    """True for a character of a script written without spaces between words."""
-    cp = ord(ch)
-    return (
-        0x0E00 <= cp <= 0x0E7F  # Thai
-        or 0x3005 <= cp <= 0x3007  # 々 〆 〇 (ideographic iteration mark, closing mark, zero)
-        or 0x3040 <= cp <= 0x30FF  # Hiragana, Katakana
-        or 0x31F0 <= cp <= 0x31FF  # Katakana phonetic extensions
-        or 0x3400 <= cp <= 0x4DBF  # CJK extension A
-        or 0x4E00 <= cp <= 0x9FFF  # CJK unified ideographs
-        or 0xF900 <= cp <= 0xFAFF  # CJK compatibility ideographs
-        or 0x20000 <= cp <= 0x3FFFF  # CJK extensions B and later, supplement
-    )
-
-
-def _is_greek(ch: str) -> bool:
-    return "\u0370" <= ch <= "\u03ff" or "\u1f00" <= ch <= "\u1fff"
-
-
-def _strip_greek_marks(text: str) -> str:
-    """Drop every combining mark that sits on a Greek letter (rule 2); the result is NFC."""
-    out: list[str] = []
-    on_greek = False
-    for ch in unicodedata.normalize("NFD", text):
-        if unicodedata.combining(ch):
-            if on_greek:
-                continue
-        else:
-            on_greek = _is_greek(ch)
-        out.append(ch)
-    return unicodedata.normalize("NFC", "".join(out))
-
-
-def _starts_token(prev: str) -> bool:
-    """Whether a character after `prev` ('' at the start) begins a token, for the minus rule."""
-    return (
-        not prev
-        or prev.isspace()
-        or prev in _SPACE_LIKE
-        or unicodedata.category(prev) in ("Ps", "Pi")
-    )
-
-
-def normalize(text: str, lang: str) -> str:
-    """Return `text` normalised as the module docstring's rules 1-8 say.
-
-    NFKC, casefold, script rules (Greek marks, Turkish i, Romanian ş ţ), ASCII digits, a
-    number's leading minus kept, apostrophes split words, no punctuation, invisible
-    characters removed, whitespace collapsed; English articles (a, an, the) dropped as
-    whole words only when `lang` is English. The result has single spaces and no
-    leading/trailing space.
-    """
-    text = unicodedata.normalize("NFC", unicodedata.normalize("NFKC", text).casefold())
-    if any(_is_greek(ch) for ch in text):
-        text = _strip_greek_marks(text)
-    text = text.replace("i\u0307", "i")
-    out: list[str] = []
-    prev = ""
-    n = len(text)
-    for i, ch in enumerate(text):
-        if ch in _INVISIBLE:
-            continue  # as if it were not there, also for the minus rule
-        if ch in _MINUS:
-            if i + 1 < n and text[i + 1].isdecimal() and _starts_token(prev):
-                out.append("-")
-        elif ch in _APOSTROPHES or ch in _SPACE_LIKE:
-            out.append(" ")
-        elif ch.isdecimal():
-            out.append(str(unicodedata.decimal(ch)))
-        elif not unicodedata.category(ch).startswith("P"):
-            out.append(_FOLD.get(ch, ch))
-        prev = ch
-    words = "".join(out).split()
-    if _is_english(lang):
-        words = [w for w in words if w not in _EN_ARTICLES]
-    return " ".join(words)
-
-
-def tokenize(text: str, lang: str) -> list[str]:
-    """Return the tokens of normalize(text, lang).
-
-    Words are split on spaces; each CJK ideograph, Hiragana, Katakana and Thai character
-    is additionally its own token. Digit runs are never split.
-    """
-    tokens: list[str] = []
-    for word in normalize(text, lang).split():
-        run: list[str] = []
-        for ch in word:
-            # Digits are ASCII after normalize; the check keeps any other numeral in its run.
-            if _is_unspaced_char(ch) and not ch.isdigit():
-                if run:
-                    tokens.append("".join(run))
-                    run = []
-                tokens.append(ch)
-            else:
-                run.append(ch)
-        if run:
-            tokens.append("".join(run))
-    return tokens
-
-
-def first_line(text: str) -> str:
-    """Return the first line of `text` that is not blank, stripped ('' if there is none)."""
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
-
-
-def find_token_runs(haystack: list[str], needle: list[str]) -> list[int]:
-    """Return every start index at which `needle` occurs contiguously in `haystack`.
-
-    An empty needle occurs nowhere.
-    """
-    n = len(needle)
-    if n == 0 or n > len(haystack):
-        return []
-    first = needle[0]
-    return [
-        i
-        for i in range(len(haystack) - n + 1)
-        if haystack[i] == first and haystack[i : i + n] == needle
-    ]
-
-
-def contains_tokens(haystack: list[str], needle: list[str]) -> bool:
-    """True when the non-empty token list `needle` is a contiguous run of `haystack`."""
-    return bool(find_token_runs(haystack, needle))
 
 
 def named_phrases(pred: list[str], phrases: list[list[str]]) -> list[bool]:
@@ -640,136 +429,4 @@ def _sentence_verdict(
         sentences=sentences,
         sentence_too_long=too_long,
         sentence_copy=copy,
-    )
-
-
-# Option labels: the prompt's letters (A-H) in either case, and the Greek and Cyrillic
-# capitals that look like Latin capitals (module docstring, `candidates` format).
-LABEL_LETTERS = LETTERS
-_LABEL_LOOKALIKES = {
-    "\u0391": "A",
-    "\u0392": "B",
-    "\u0395": "E",
-    "\u0397": "H",  # Greek Α Β Ε Η
-    "\u0410": "A",
-    "\u0412": "B",
-    "\u0421": "C",
-    "\u0415": "E",
-    "\u041d": "H",  # Cyrillic А В С Е Н
-}
-_L = "[A-Ha-h" + "".join(_LABEL_LOOKALIKES) + "]"
-_BARE_LABEL = re.compile(rf"^(?:\(({_L})\)|\[({_L})\]|({_L})[).:。、]?)[.:。、]?$")
-# After "." or ":" (or the CJK "。" "、") the text must not start with a Latin letter, so
-# "E.ON", "e.g. 1427" and "A.D. 1427" are not labels, while "A. 1427" and "Ａ．１４２７" are.
-_TEXT_LABEL = re.compile(
-    rf"^(?:\(({_L})\)|\[({_L})\]|({_L})\)|({_L})[.:。、](?![A-Za-z]))\s*(.+)$", re.S
-)
-
-
-def option_label(line: str, n_options: int) -> tuple[int | None, str]:
-    """(index of the option a leading label names, the text after the label).
-
-    (None, line) when `line` does not start with a label of one of the first `n_options`
-    letters. The line is NFKC-normalised first, so the returned text is too.
-    """
-    text = unicodedata.normalize("NFKC", line).strip()
-    m = _BARE_LABEL.match(text)
-    rest = ""
-    if m is None:
-        m = _TEXT_LABEL.match(text)
-        if m is None:
-            return None, line
-        rest = m.group(m.lastindex).strip()
-    letter = next(g for g in m.groups() if g)
-    letter = _LABEL_LOOKALIKES.get(letter, letter).upper()
-    k = LABEL_LETTERS.find(letter)
-    if k < 0 or k >= n_options:
-        return None, line
-    return k, rest
-
-
-def judge_candidates(
-    output: str,
-    options: list[str],
-    gold_option: int,
-    lang: str,
-    question: str = "",
-    passage: str = "",
-    letters: bool = True,
-    max_length_factor: float = 3.0,
-    max_length_slack: int = 3,
-    sentence_slack: int = SENTENCE_SLACK,
-) -> Judgement:
-    """Judge a `candidates` answer: correct only when it names exactly the gold option.
-
-    Promises the module docstring's `candidates` rules. `letters` is True for the
-    "letters" prompt style (labels A-H count), False for "bullets" (only option texts).
-    """
-    if not 0 <= gold_option < len(options):
-        raise ValueError(f"gold_option {gold_option} is not an index of {len(options)} options")
-    line = first_line(output)
-    label, judged = option_label(line, len(options)) if letters else (None, line)
-    bare = label is not None and not judged
-    if bare:
-        judged = options[label]
-    pred = tokenize(judged, lang)
-    option_tokens = [tokenize(o, lang) for o in options]
-    named = set() if bare else {k for k, n in enumerate(named_phrases(pred, option_tokens)) if n}
-    named = _answered(named, option_tokens, tokenize(question, lang))
-    if label is not None:
-        named.add(label)
-    pred_option = next(iter(named)) if len(named) == 1 else None
-    gold_tokens = option_tokens[gold_option]
-    if not pred or not gold_tokens:
-        return Judgement(
-            False,
-            0.0,
-            False,
-            False,
-            False,
-            False,
-            options_named=len(named),
-            pred_option=pred_option,
-            judged=judged,
-        )
-
-    s = _scores(pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack)
-    echo, too_long = (False, False) if bare else (s["echo"], s["too_long"])
-    contained = bool(s["contained"])
-    hedge = contained and any(k != gold_option for k in named)
-    repeat = not any(pred == t for t in option_tokens) and any(
-        _is_repeat(pred, t) for t in option_tokens
-    )
-    correct = (
-        pred_option == gold_option
-        and contained
-        and not echo
-        and not too_long
-        and not hedge
-        and not repeat
-    )
-    sentence = _sentence_verdict(
-        judged,
-        pred,
-        s,
-        question,
-        passage,
-        lang,
-        sentence_slack,
-        correct,
-        pred_option != gold_option or hedge or repeat,
-    )
-    return Judgement(
-        exact_match=s["exact_match"],
-        f1=s["f1"],
-        contains=contained,
-        echo=echo,
-        too_long=too_long,
-        correct=correct,
-        hedge=hedge,
-        repeat=repeat,
-        options_named=len(named),
-        pred_option=pred_option,
-        judged=judged,
-        **sentence,
     )

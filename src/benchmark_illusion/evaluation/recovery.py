@@ -11,9 +11,9 @@ They run on the MC-only items (scope 'mc_only': greedy `open` wrong, `mc` right;
 answer may be demoted rather than erased), on every item whose greedy `open` answer is wrong
 ('open_wrong'), or on every item ('all').
 
-Beams and samples follow transformers' algorithms (engine.beam_search, engine.sample: the same
-outputs as `generate` with the same seed, tested side by side) but share one prefill of each
-batch's prompts, where `generate` runs the prompt once per beam and once per sample. Sampling
+Beams and samples follow transformers' algorithms (generation.beam_search, generation.sample:
+the same outputs as `generate` with the same seed, tested side by side) but share one prefill of
+each batch's prompts, where `generate` runs the prompt once per beam and once per sample. Sampling
 has no top-k (transformers would add top_k=50 unless told otherwise), and a sample ends at a
 line break after content, as the greedy decode does: the judge reads the first line.
 
@@ -31,7 +31,7 @@ import time
 import torch
 from tqdm import tqdm
 
-from benchmark_illusion.evaluation import engine
+from benchmark_illusion.evaluation import engine, generation
 from benchmark_illusion.evaluation.decoding import (
     BatchItems,
     batches,
@@ -50,7 +50,7 @@ def recovery_rows(
     toks,
     rows: list[dict],
     settings,
-    stop: engine.StopRule,
+    stop: generation.StopRule,
     base: dict,
     exemplars: dict[str, dict],
     progress: bool,
@@ -82,7 +82,7 @@ def recovery_rows(
                 t1 = time.perf_counter()
                 if decode == "beam":
                     with BatchItems("recovery beam", names):
-                        seqs = engine.beam_search(
+                        seqs = generation.beam_search(
                             model, state, rec.num_beams, row_budgets, stop.stop_ids
                         )
                 else:
@@ -91,7 +91,7 @@ def recovery_rows(
                     gen = torch.Generator(device=state.mask.device)
                     gen.manual_seed(settings.seed * 1_000_003 + n_batch)
                     with BatchItems("recovery sample", names):
-                        seqs = engine.sample(
+                        seqs = generation.sample(
                             model,
                             state,
                             rec.num_samples,

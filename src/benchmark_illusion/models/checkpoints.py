@@ -255,3 +255,21 @@ def log_peak_gpu_memory(logger, device: str, what: str) -> None:
     if str(device).startswith("cuda"):
         peak = torch.cuda.max_memory_allocated(device) / 2**30
         logger.info("%s: peak GPU memory %.2f GiB on %s", what, peak, device)
+
+
+def write_checkpoint(out, net, tok, model_dir, report_name: str, report: dict, **provenance):
+    """Write a compressed checkpoint atomically: weights (safetensors), tokenizer, the step's
+    report as `report_name`, and the dense model's provenance.json updated with `provenance`
+    and the new weights' sha256."""
+    with atomic_path(out) as tmp:
+        net.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        write_json(report, Path(tmp) / report_name)
+        prov = json.loads((Path(model_dir) / "provenance.json").read_text())
+        prov.update(
+            **provenance,
+            weights_sha256={
+                w.name: sha256_file(w) for w in sorted(Path(tmp).glob("*.safetensors"))
+            },
+        )
+        write_json(prov, Path(tmp) / "provenance.json")

@@ -51,7 +51,8 @@ from benchmark_illusion.compression.pruning.layerwise import decoder_layers, pru
 from benchmark_illusion.compression.quantization import Grid, QuantizeSettings, quantize_model
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.data.items import build_items, validate_rows
-from benchmark_illusion.data.loaders import load_raw, raw_path_for
+from benchmark_illusion.data.loaders import load_raw
+from benchmark_illusion.data.raw import raw_path_for
 from benchmark_illusion.data.steps import seeded_order
 from benchmark_illusion.evaluation.decoding import Tokens, stop_rule
 from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items

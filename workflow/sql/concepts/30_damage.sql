@@ -1,7 +1,7 @@
 -- Which concepts pruning damages, beyond what their items' languages explain, and whether it
 -- demotes or erases them. Definitions: docs/concepts.md. Variable: min_support.
 -- The intervals, p-values and q-values of the drops are added to concept_damage afterwards by
--- benchmark_illusion.concepts.gaps.damage_tests (resampling is numpy there, from the tables below).
+-- benchmark_illusion.concepts.damage.damage_tests (resampling is numpy there, from the tables below).
 
 -- concept_item_drops: the per-item drop behind chi_model's drop, per pruned checkpoint x format x
 -- selected item: item_drop = s_dense(x) - s_pruned(x) in {-1, 0, 1}, from the item_outcomes pair
