@@ -369,12 +369,16 @@ def reference_sparsegpt(w, h, sparsity, st, blocksize, percdamp):
     return w, mask
 
 
-def _layer(seed, dead=()):
+def _layer(seed, dead=(), spread=False):
     """A weight [8, 16] and the Hessian of 200 small inputs (H_jj about 0.02, so the damping and
-    a dead input's H_jj = 1 weigh in), some inputs never active."""
+    a dead input's H_jj = 1 weigh in), some inputs never active. spread: input j scaled by
+    4^(j mod 4 - 2), so that within every group of 4 columns the inverse Hessian's diagonal
+    differs by up to 256x and the mask score's w^2 / Hinv_jj ranks columns unlike w^2 alone."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(8, 16, generator=g, dtype=torch.float64)
     x = 0.1 * torch.randn(200, 16, generator=g, dtype=torch.float64)
+    if spread:
+        x *= 4.0 ** (torch.arange(16, dtype=torch.float64) % 4 - 2)
     x[:, list(dead)] = 0.0
     h = Hessian(16, "cpu")
     h.add(x)
@@ -382,11 +386,17 @@ def _layer(seed, dead=()):
 
 
 @pytest.mark.parametrize(
-    "st, blocksize, percdamp",
-    [(Structure(), 16, 0.01), (Structure(), 8, 0.1), (Structure(2, 4), 8, 0.05)],
+    "st, blocksize, percdamp, spread",
+    [
+        (Structure(), 16, 0.01, False),
+        (Structure(), 8, 0.1, False),
+        (Structure(2, 4), 8, 0.05, False),
+        (Structure(), 16, 0.01, True),
+        (Structure(2, 4), 8, 0.01, True),
+    ],
 )
-def test_sparsegpt_equals_plain_obs(st, blocksize, percdamp):
-    w, h = _layer(11, dead=(3, 12))
+def test_sparsegpt_equals_plain_obs(st, blocksize, percdamp, spread):
+    w, h = _layer(11, dead=(3, 12), spread=spread)
     got_w, got_mask = sparsegpt_prune(w, h, 0.5, st, blocksize=blocksize, percdamp=percdamp)
     want_w, want_mask = reference_sparsegpt(w, h, 0.5, st, blocksize, percdamp)
     assert got_mask.dtype == torch.bool and torch.equal(got_mask, want_mask)
