@@ -849,3 +849,18 @@ def test_at_equal_distance_from_the_gold_length_shorter_spans_come_first(seed):
     item = items.to_dicts()[0]
     assert sorted(distractors_of(item)) == ["1887", "1900", "1950"]
     assert item["distractor_sources"] == ["span"] * 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_distractors_may_touch_but_not_share_characters(seed):
+    """Distractors are rejected for sharing characters of the passage, not for touching: in
+    Chinese, without spaces, the other questions' answers 甲乙, 丙丁 and 戊己 follow one
+    another directly and are all three taken, whatever the keyed order."""
+    ctx = "北京是首都。甲乙丙丁戊己都在这里。"
+    golds = ["北京", "甲乙", "丙丁", "戊己"]
+    rows = [row(f"z-{k}", "zh", ctx, f"问题{k}？", [g]) for k, g in enumerate(golds)]
+    items, _ = build_items(frame(rows), seed=seed)
+    item = by_id(items)["z-0"]
+    assert_passage_item(item)
+    assert sorted(distractors_of(item)) == sorted(golds[1:])
+    assert item["distractor_sources"] == ["answer"] * 3

@@ -329,6 +329,16 @@ def test_masks_and_hessians_stay_on_the_scores_device():
     """Made on the device of their input (the meta device stands in for a GPU)."""
     assert Hessian(3, "meta").sum.device.type == "meta"
     assert lowest_per_matrix(torch.zeros(2, 4, device="meta"), 0.5).device.type == "meta"
+    assert lowest_per_row(torch.zeros(2, 4, device="meta"), 0.5).device.type == "meta"
+    assert lowest_n_of_m(torch.zeros(2, 4, device="meta"), 2, 4).device.type == "meta"
+
+
+def test_per_row_ties_break_by_position():
+    """Equal scores in a row (masks.lowest_per_row: a stable sort): the first columns go, so the
+    same weights are pruned on every run and machine. 64 columns: an unstable sort reorders
+    ties at this size."""
+    mask = lowest_per_row(torch.zeros(3, 64), 0.25)
+    assert torch.equal(mask, (torch.arange(64) < 16).expand(3, 64))
 
 
 # ----------------------------------------------------------------- SparseGPT against plain OBS
