@@ -864,3 +864,53 @@ def test_distractors_may_touch_but_not_share_characters(seed):
     assert_passage_item(item)
     assert sorted(distractors_of(item)) == sorted(golds[1:])
     assert item["distractor_sources"] == ["answer"] * 3
+
+
+def _found_answer_item(gold_ctx, gold, others, seed=0):
+    """The item of `gold` in `gold_ctx`, alone on its passage, among items of other passages
+    whose answers are `others` (each in a passage of its own)."""
+    rows = [row("g-0", "en", gold_ctx, "Which one?", [gold])]
+    rows += [row(f"o-{k}", "en", f"It was {a} again.", f"Q{k}?", [a]) for k, a in enumerate(others)]
+    items, _ = build_items(frame(rows), seed=seed)
+    return by_id(items)["g-0"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_answers_of_other_passages_found_in_the_passage_come_before_spans(seed):
+    """Source (2) of 'passage' mode: first answers of other passages that occur in this passage
+    on judge-token boundaries, at the edges of the length window included (a gold of 2 tokens:
+    1 to 3 tokens), come before the passage's own spans and are labelled 'answer'; shorter
+    before longer at equal distance from the gold's length, so the two of 1 token and one of the
+    two of 3 tokens. "Camd" is in the passage's text but not on token boundaries, "Old Pearl
+    Street Station" is 4 tokens: never taken."""
+    ctx = (
+        "In 1886 New Jersey lamps were sold in Rahway, in Camden and at the Pearl Street "
+        "Station, then in Trenton, by the Hoboken Ferry Terminal and by the Old Pearl Street "
+        "Station."
+    )
+    long = {"Pearl Street Station", "Hoboken Ferry Terminal"}
+    others = ["Rahway", "Trenton", *sorted(long), "Camd", "Old Pearl Street Station"]
+    item = _found_answer_item(ctx, "New Jersey", others, seed)
+    assert_passage_item(item)
+    got = set(distractors_of(item))
+    assert {"Rahway", "Trenton"} < got and len(got - {"Rahway", "Trenton"} - long) == 0, got
+    assert item["distractor_sources"] == ["answer"] * 3
+
+
+def test_the_keyed_order_of_answers_and_spans_depends_on_the_seed():
+    """Candidates that the rules rank equal are taken in the keyed random order of the seed and
+    the text: over eight seeds an item gets more than one set of distractors, both from the other
+    answers of its passage (source 1) and from its spans (source 3)."""
+    ctx = "Amber, Basil, Cedar, Daisy, Ember, Fern, Ginger and Holly met Iris."
+    names = ["Amber", "Basil", "Cedar", "Daisy", "Ember", "Fern"]
+    rows = [row(f"p-{k}", "en", ctx, f"Who {k}?", [n]) for k, n in enumerate(["Iris", *names])]
+    from_answers = {
+        frozenset(distractors_of(by_id(build_items(frame(rows), seed=s)[0])["p-0"]))
+        for s in range(8)
+    }
+    from_spans = set()
+    for s in range(8):
+        item = by_id(build_items(frame(rows[:1]), seed=s)[0])["p-0"]
+        assert item["distractor_sources"] == ["span"] * 3
+        from_spans.add(frozenset(distractors_of(item)))
+    assert len(from_answers) > 1 and len(from_spans) > 1, (from_answers, from_spans)
