@@ -15,7 +15,11 @@ from benchmark_illusion.config.validate import ConfigError, check_config, schema
 
 # torch-free, like everything imported here: every Snakemake process parses this file (two per
 # SLURM job), and importing torch would add about a second to each
-from benchmark_illusion.compression.structures import STRUCTURE_PATTERN, Grid, parse_structure
+from benchmark_illusion.compression.structures import (
+    STRUCTURE_PATTERN,
+    Grid,
+    parse_structure,
+)
 from benchmark_illusion.models import variants as variant_defs
 
 try:
