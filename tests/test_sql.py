@@ -875,8 +875,17 @@ def test_missing_format_has_no_rows(tmp_path):
 
 
 def test_bad_metric_settings_are_refused(tmp_path):
+    """metrics.bootstrap_replicates at least 1 and metrics.ci_level strictly between 0 and 1
+    (config/README.md): the bounds themselves are refused or accepted as documented."""
     with pytest.raises(ValueError, match="bootstrap_replicates"):
         build(tmp_path, DENSE, {"en": ["i1"]}, bootstrap_replicates=0)
+    for k, level in enumerate((0.0, 1.0, 1.5)):
+        (tmp_path / f"level{k}").mkdir()
+        with pytest.raises(ValueError, match="ci_level"):
+            build(tmp_path / f"level{k}", DENSE, {"en": ["i1"]}, ci_level=level)
+    (tmp_path / "one").mkdir()
+    con = build(tmp_path / "one", DENSE, {"en": ["i1"]}, bootstrap_replicates=1)
+    assert con.execute("SELECT count(*) FROM accuracy").fetchone()[0] > 0
 
 
 def test_position_bias_by_hand(tmp_path):
