@@ -914,3 +914,17 @@ def test_the_keyed_order_of_answers_and_spans_depends_on_the_seed():
         assert item["distractor_sources"] == ["span"] * 3
         from_spans.add(frozenset(distractors_of(item)))
     assert len(from_answers) > 1 and len(from_spans) > 1, (from_answers, from_spans)
+
+
+def test_numeric_at_its_edges():
+    """is_numeric's rule at its bounds: one digit is enough ("5"); exactly two thirds of the
+    non-space characters is numeric ("12a", "1 2 b": spaces do not count), less is not ("1ab")."""
+    assert is_numeric("5") and is_numeric("12a") and is_numeric("1 2 b")
+    assert not is_numeric("1ab") and not is_numeric("1 b c")
+
+
+def test_kind_of_texts_without_letters_or_digits_and_of_titlecase_letters():
+    """_kind: a text without any letter or digit is 'other'; a titlecase letter (the Latin
+    digraph ǅ, neither upper nor lower case) starts an 'upper' text like a capital."""
+    assert _kind("") == "other" and _kind("…!") == "other"
+    assert _kind("ǅakovo") == "upper" and _kind("džakovo") == "other"
