@@ -928,3 +928,9 @@ def test_kind_of_texts_without_letters_or_digits_and_of_titlecase_letters():
     digraph ǅ, neither upper nor lower case) starts an 'upper' text like a capital."""
     assert _kind("") == "other" and _kind("…!") == "other"
     assert _kind("ǅakovo") == "upper" and _kind("džakovo") == "other"
+
+
+def test_numeric_reads_english_by_default():
+    """is_numeric's language defaults to English, whose articles normalisation drops: "an 12" is
+    the number 12 ("an12" in another language is half digits)."""
+    assert is_numeric("an 12") and not is_numeric("an 12", "de")
