@@ -14,6 +14,7 @@ from benchmark_illusion.data.answers import is_numeric, overlaps
 from benchmark_illusion.data.items import build_items, validate_rows
 from benchmark_illusion.data.loaders import load_raw
 from benchmark_illusion.data.spans import _kind, split_sentences
+from benchmark_illusion.evaluation.language import word_breaks
 from benchmark_illusion.evaluation.text import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -488,20 +489,32 @@ def test_answers_of_the_passage_come_first_then_spans():
     items, report = build_items(frame(english_rows()), seed=7)
     for item in items.to_dicts():
         assert_passage_item(item)
-    # Edison's passage: the two other names are taken (of any length), 59 is not (a number).
-    station = by_id(items)["en-06"]
-    pairs = zip(distractors_of(station), station["distractor_sources"], strict=True)
-    assert sorted(d for d, src in pairs if src == "answer") == ["Edison", "Manhattan"]
-    assert "59" not in station["options"]
-    # Rahway: one of the two overlapping Tesla names (keyed order: "Tesla" at this seed),
-    # then capitalised spans; 1886 is a number and no longer an option.
-    rahway = by_id(items)["en-04"]
-    assert sorted(rahway["distractor_sources"]) == ["answer", "span", "span"]
-    assert "Tesla" in rahway["options"] and "1886" not in rahway["options"]
-    assert all(d[0].isupper() for d in distractors_of(rahway))
+    # Edison's passage: the two other names are its only answer-like ones besides the gold
+    # (the other capitalised spans start or end with a function word, or touch those names),
+    # so "Pearl Street Station" is dropped rather than given "Manhattan in" as an option.
+    assert "en-06" not in by_id(items)
+    # Rahway: its passage holds one other answer of its kind ("Tesla", or the name that
+    # contains it) and no answer-like capitalised span ("The firm" starts with a function
+    # word, "Electric Light" is a fragment of a longer name): dropped as well.
     # Edison's passage has only two other one-word names and a single other number: the
     # one-word name "Edison" and the number 59 cannot get three of their kind.
-    assert {"en-05", "en-08"} <= set(report["examples"]["too_few_distractors"])
+    assert not {"en-04", "en-05", "en-06", "en-08"} & set(by_id(items))
+    # With names enough, another question's answer comes first, then spans of the passage.
+    ctx = "Anna Berg met Peter Hale in Oslo. Later Ivan Petrov visited Rome with Carl Jung."
+    items, _ = build_items(
+        frame(
+            [
+                row("p-1", "en", ctx, "Who met Peter Hale?", ["Anna Berg"]),
+                row("p-2", "en", ctx, "Who visited Rome?", ["Ivan Petrov"]),
+            ]
+        ),
+        seed=7,
+    )
+    item = by_id(items)["p-1"]
+    assert_passage_item(item)
+    pairs = dict(zip(distractors_of(item), item["distractor_sources"], strict=True))
+    assert pairs.pop("Ivan Petrov") == "answer"
+    assert set(pairs.values()) == {"span"} and set(pairs) <= {"Peter Hale", "Carl Jung"}
 
 
 def test_spans_of_the_gold_length_are_preferred():
@@ -549,12 +562,15 @@ def test_spans_never_overlap_a_gold_chinese():
         )
         item = items.to_dicts()[0]
         assert_passage_item(item)
+        breaks = word_breaks(ctx, "zh")
         for d in distractors_of(item):
-            # characters of the passage, four judge tokens like the gold, no digit (the gold has
-            # none)
-            assert len(tokenize(d, "zh")) == 4 and not any(c.isdigit() for c in d), d
+            # characters of the passage, 2 to 6 judge tokens like a gold of 4, no digit (the
+            # gold has none), cut on the word segmenter's breaks ("海淀区", never "京大学位")
+            assert 2 <= len(tokenize(d, "zh")) <= 6 and not any(c.isdigit() for c in d), d
             assert "，" not in d and "。" not in d
             assert "北京大学" not in d and d not in "北京大学"
+            at = ctx.index(d)
+            assert at in breaks and at + len(d) in breaks, d
 
 
 def test_spans_never_overlap_a_gold_greek_and_thai():
@@ -647,7 +663,10 @@ def test_passage_answers_of_the_gold_kind_still_come_first(seed):
 def test_item_without_three_distractors_of_its_kind_is_dropped_with_its_reason(tmp_path):
     # Two numbers and two names are answered on this passage and it holds no other number:
     # a number gold used to take the names; now it gets one distractor and is dropped.
-    ctx = "Castrel has 64 houses and 5 wells. Its mayor is Lorbeck and its priest is Anton Berg."
+    ctx = (
+        "Castrel has 64 houses and 5 wells. Its mayor is Lorbeck, its priest is Anton Berg "
+        "and its smith is Marl."
+    )
     rows = [
         row("c-1", "en", ctx, "How many houses?", ["64"]),
         row("c-2", "en", ctx, "How many wells?", ["5"]),

@@ -28,6 +28,11 @@
 --   judge and rules, hedges included; bit i = option i, the gold's bit always 0). The fixed
 --   decoy's columns (<decode>_decoy, recovered_decoy, open_decoy: the option after the gold)
 --   are one of those distractors.
+-- open_negated / open_uncertain: the greedy open answer names the gold but denies it ("It is not
+--   Paris") / offers it beside an alternative that is no option ("Paris or Lyon"); both are
+--   wrong. open_correct_upper (open_correct_sentence_upper) counts an uncertain answer as right:
+--   every rate has its lower and upper bound (uncertain counted wrong, counted right);
+--   mc_only_lower and mc_only_sentence_lower are MC-only with uncertain open answers counted right.
 -- mc_margin: the gold option's summed log-likelihood minus the best distractor's (mc, acc): a
 --   continuous measure beside the mc pick (> 0: picked) and the gold rank; dense_mc_margin the
 --   reference's.
@@ -96,6 +101,12 @@ per_item AS (
            bool_or(decoy_correct) FILTER (WHERE format = 'oneshot')              AS oneshot_decoy,
            -- the sentence-tolerant verdict (correct_sentence) of the same rows
            bool_or(correct_sentence) FILTER (WHERE format = 'open' AND decode = 'greedy') AS open_correct_sentence,
+           -- the judge's reading of the open answer: the gold denied (negated) or offered beside
+           -- an alternative that is no option (uncertain); *_upper counts uncertain as right
+           bool_or(negated) FILTER (WHERE format = 'open' AND decode = 'greedy')          AS open_negated,
+           bool_or(uncertain) FILTER (WHERE format = 'open' AND decode = 'greedy')        AS open_uncertain,
+           bool_or(correct_upper) FILTER (WHERE format = 'open' AND decode = 'greedy')    AS open_correct_upper,
+           bool_or(correct_sentence_upper) FILTER (WHERE format = 'open' AND decode = 'greedy') AS open_correct_sentence_upper,
            bool_or(correct_sentence) FILTER (WHERE format = 'candidates')               AS candidates_correct_sentence,
            bool_or(correct_sentence) FILTER (WHERE decode = 'beam' AND sample = 0)      AS beam_top_sentence,
            bool_or(correct_sentence) FILTER (WHERE decode = 'beam')                     AS beam_any_sentence,
@@ -176,6 +187,9 @@ SELECT p.*,
        CASE WHEN p.mc_nopassage_correct IS NOT NULL
             THEN p.mc_correct AND p.mc_nopassage_correct END AS guessable,
        p.mc_correct AND NOT p.open_correct_sentence AS mc_only_sentence,
+       -- the lower bounds of MC-only: an uncertain open answer counted as right
+       p.mc_correct AND NOT coalesce(p.open_correct_upper, p.open_correct) AS mc_only_lower,
+       p.mc_correct AND NOT coalesce(p.open_correct_sentence_upper, p.open_correct_sentence) AS mc_only_sentence_lower,
        CASE WHEN p.open_correct THEN 'correct'
             WHEN p.open_correct_sentence THEN 'verbose'
             WHEN p.recovered_sentence THEN 'demoted'

@@ -204,6 +204,13 @@ WITH selected_values AS (
            (mc_only AND status = 'demoted')::DOUBLE  AS mc_only_demoted,
            (mc_only AND status = 'erased')::DOUBLE   AS mc_only_erased,
            (mc_only AND status = 'untested')::DOUBLE AS mc_only_untested,
+           -- the bounds of the judge's uncertain verdict: open accuracy with uncertain answers
+           -- counted right (the upper bound; acc_open is the lower), MC-only with them counted
+           -- right (the lower bound; mc_only is the upper)
+           coalesce(open_correct_upper, open_correct)::DOUBLE                    AS acc_open_upper,
+           coalesce(open_correct_sentence_upper, open_correct_sentence)::DOUBLE  AS sent_acc_open_upper,
+           mc_only_lower::DOUBLE                                                  AS mc_only_lower,
+           mc_only_sentence_lower::DOUBLE                                         AS sent_mc_only_lower,
            -- sentence-tolerant accuracy, drops, Delta_PR, MC-only and oracle (sent_*)
            open_correct_sentence::DOUBLE       AS sent_acc_open,
            candidates_correct_sentence::DOUBLE AS sent_acc_candidates,
@@ -255,6 +262,7 @@ UNPIVOT (value FOR metric IN (
     oacc_greedy, oacc_beam_top, oacc_beam_any, oacc_sample_pass, oacc_sample_majority, oacc_oneshot, oacc_oracle,
     odrop_greedy, odrop_beam_top, odrop_beam_any, odrop_sample_pass, odrop_sample_majority, odrop_oneshot, odrop_oracle,
     demoted, erased, mc_only_verbose, mc_only_demoted, mc_only_erased, mc_only_untested,
+    acc_open_upper, sent_acc_open_upper, mc_only_lower, sent_mc_only_lower,
     sent_acc_open, sent_acc_candidates, sent_acc_mc, sent_acc_mc_nopassage, sent_acc_oneshot,
     sent_drop_open, sent_drop_candidates, sent_drop_mc, sent_delta_pr, sent_mc_only, sent_mc_only_guess_adj,
     sent_oacc_greedy, sent_oacc_oracle, sent_odrop_greedy, sent_odrop_oracle,

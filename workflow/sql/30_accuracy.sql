@@ -14,6 +14,9 @@
 -- accuracy_sentence (sentence_ci_*): the same rows judged by the sentence-tolerant verdict
 -- (correct_sentence: one sentence stating the gold and naming no other option also counts);
 -- equal to accuracy for mc and mc_nopassage, which generate nothing.
+-- accuracy_upper, accuracy_sentence_upper (open only): the same with the judge's `uncertain`
+-- answers (the gold offered beside an alternative that is no option) counted right; accuracy and
+-- accuracy_sentence count them wrong, so each pair is a rate's lower and upper bound.
 CREATE OR REPLACE TABLE accuracy AS
 WITH per_format AS (
     SELECT model, method, structure, sparsity,
@@ -36,7 +39,10 @@ SELECT a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format, 
        rb.value AS accuracy_bytes, rb.ci_low AS bytes_ci_low, rb.ci_high AS bytes_ci_high,
        a.exact_match, a.f1, a.contains, a.echo_rate, a.median_gold_rank,
        k.chance, rc.value AS accuracy_chance_adj, rc.ci_low AS chance_adj_ci_low, rc.ci_high AS chance_adj_ci_high,
-       rs.value AS accuracy_sentence, rs.ci_low AS sentence_ci_low, rs.ci_high AS sentence_ci_high
+       rs.value AS accuracy_sentence, rs.ci_low AS sentence_ci_low, rs.ci_high AS sentence_ci_high,
+       ru.value AS accuracy_upper, ru.ci_low AS upper_ci_low, ru.ci_high AS upper_ci_high,
+       rsu.value AS accuracy_sentence_upper, rsu.ci_low AS sentence_upper_ci_low,
+       rsu.ci_high AS sentence_upper_ci_high
 FROM per_format a
 LEFT JOIN (
     SELECT model, method, structure, sparsity, coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
@@ -57,6 +63,10 @@ LEFT JOIN rate_of('acc_' || a.format || '_norm', 'selected') rn
  AND (rn.model, rn.method, rn.structure, rn.sparsity, rn.dataset, rn.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
 LEFT JOIN rate_of('sent_acc_' || a.format, 'selected') rs
   ON (rs.model, rs.method, rs.structure, rs.sparsity, rs.dataset, rs.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rate_of('acc_' || a.format || '_upper', 'selected') ru
+  ON (ru.model, ru.method, ru.structure, ru.sparsity, ru.dataset, ru.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
+LEFT JOIN rate_of('sent_acc_' || a.format || '_upper', 'selected') rsu
+  ON (rsu.model, rsu.method, rsu.structure, rsu.sparsity, rsu.dataset, rsu.lang) = (a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang)
 ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format;
 
 -- support_gradient: per checkpoint x benchmark x format, the accuracy drop from the reference

@@ -44,6 +44,8 @@ WITH counts AS (
            count(*) FILTER (WHERE mc_only AND status = 'erased')   AS n_mc_only_erased,
            count(*) FILTER (WHERE mc_only AND status = 'untested') AS n_mc_only_untested,
            count(*) FILTER (WHERE mc_only_sentence)          AS n_mc_only_sentence,
+           count(*) FILTER (WHERE open_negated)              AS n_open_negated,
+           count(*) FILTER (WHERE open_uncertain)            AS n_open_uncertain,
            count(*) FILTER (WHERE status = 'demoted' AND recovered_false_sentence <> 0) AS n_demoted_false
     FROM item_outcomes
     GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang),
@@ -69,6 +71,13 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        -- the sentence-tolerant MC-only rate (mc right, open not even a sentence stating the gold)
        c.n_mc_only_sentence,
        ms.value AS mc_only_sentence_rate, ms.ci_low AS mc_only_sentence_ci_low, ms.ci_high AS mc_only_sentence_ci_high,
+       -- the judge's bounds: open answers that deny the gold (negated, wrong in both) and that
+       -- offer it beside an alternative (uncertain); mc_only_rate and mc_only_sentence_rate count
+       -- the uncertain ones wrong (their upper bound), the *_lower columns count them right
+       c.n_open_negated, c.n_open_uncertain,
+       ml.value AS mc_only_lower, ml.ci_low AS mc_only_lower_ci_low, ml.ci_high AS mc_only_lower_ci_high,
+       msl.value AS mc_only_sentence_lower, msl.ci_low AS mc_only_sentence_lower_ci_low,
+       msl.ci_high AS mc_only_sentence_lower_ci_high,
        fs.value AS noise_floor_sentence,
        gs.value AS mc_only_sentence_guess_adj, gs.ci_low AS sentence_guess_adj_ci_low, gs.ci_high AS sentence_guess_adj_ci_high,
        -- the MC-only items split: verbose + demoted + erased + untested = n_mc_only (rates over
@@ -100,6 +109,10 @@ LEFT JOIN rate_of('erased', 'selected') er
   ON (er.model, er.method, er.structure, er.sparsity, er.dataset, er.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('sent_mc_only', 'selected') ms
   ON (ms.model, ms.method, ms.structure, ms.sparsity, ms.dataset, ms.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('mc_only_lower', 'selected') ml
+  ON (ml.model, ml.method, ml.structure, ml.sparsity, ml.dataset, ml.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN rate_of('sent_mc_only_lower', 'selected') msl
+  ON (msl.model, msl.method, msl.structure, msl.sparsity, msl.dataset, msl.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('sent_mc_only', 'selected') fs
   ON fs.method = 'dense'
  AND (fs.model, fs.dataset, fs.lang) = (c.model, c.dataset, c.lang)

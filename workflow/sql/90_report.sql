@@ -9,7 +9,10 @@
 -- assumed, 1/K; guess_adj_nopassage: guessing measured without the passage), the share of MC-only items any decode recovers (recovered) and
 -- produces a distractor instead (false_rec: any of the K - 1, judged as the gold) from recovery's
 -- 'oracle' rows, the sentence-tolerant MC-only rate (mc_only_sentence_ci: the headline) beside
--- the strict one, and the MC-only items split into verbose / demoted / erased / untested counts;
+-- the strict one with its lower bound (mc_only_sentence_lower: open answers the judge calls
+-- uncertain counted right), the MC-only items split into verbose / demoted / erased / untested
+-- counts, and how many open answers deny the gold (negated) or offer it beside an alternative
+-- that is no option (uncertain);
 -- rounded for printing. `summary` prints the pooled rows without dataset and lang, `summary
 -- --by-lang` the other rows.
 CREATE OR REPLACE VIEW report_summary AS
@@ -31,6 +34,7 @@ SELECT m.model, m.method, m.structure, m.sparsity, m.bits, m.dataset, m.lang, m.
        round(d.delta_pr, 3) AS delta_pr,
        printf('%.2f [%.2f, %.2f]', m.mc_only_sentence_rate, m.mc_only_sentence_ci_low,
               m.mc_only_sentence_ci_high) AS mc_only_sentence_ci,
+       round(m.mc_only_sentence_lower, 2) AS mc_only_sentence_lower,
        printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
        round(m.noise_floor, 2) AS floor,
        CASE WHEN m.perturbation_floor IS NOT NULL THEN
@@ -40,7 +44,8 @@ SELECT m.model, m.method, m.structure, m.sparsity, m.bits, m.dataset, m.lang, m.
        round(m.mc_only_guess_adj_nopassage, 2) AS guess_adj_nopassage,
        round(o.recovered, 2) AS recovered, round(o.false_recovery_rate, 2) AS false_rec,
        m.n_mc_only_verbose AS verbose, m.n_mc_only_demoted AS demoted,
-       m.n_mc_only_erased AS erased, m.n_mc_only_untested AS untested
+       m.n_mc_only_erased AS erased, m.n_mc_only_untested AS untested,
+       m.n_open_negated AS negated, m.n_open_uncertain AS uncertain
 FROM mc_only m
 JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
 LEFT JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)

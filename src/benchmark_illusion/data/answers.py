@@ -39,3 +39,13 @@ def overlaps(a: str, b: str, lang: str) -> bool:
     Two texts without tokens are equal and so overlap; one empty text overlaps nothing else.
     """
     return _overlap_tokens(tokenize(a, lang), tokenize(b, lang))
+
+
+def _touch_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[str]) -> bool:
+    """Whether a and b overlap after normalisation, or one ends with the other's start ("of
+    grey" and "grey stone", "Bergführer Josef" and "Josef Anger"): a distractor that shares an
+    edge with the gold is part of the gold's phrase, not another answer."""
+    a, b = list(a), list(b)
+    if _overlap_tokens(a, b):
+        return True
+    return any(a[-k:] == b[:k] or b[-k:] == a[:k] for k in range(1, min(len(a), len(b))))

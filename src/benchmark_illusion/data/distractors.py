@@ -7,7 +7,7 @@ import hashlib
 
 import numpy as np
 
-from benchmark_illusion.data.answers import _is_numeric_tokens, _overlap_tokens
+from benchmark_illusion.data.answers import _is_numeric_tokens, _overlap_tokens, _touch_tokens
 from benchmark_illusion.data.spans import _kind, _length_range, _Passage
 from benchmark_illusion.evaluation.text import contains_tokens, tokenize
 
@@ -64,8 +64,9 @@ class _Pool:
 
 class _Picked:
     """The distractors chosen so far, and the rule both modes share for the next candidate:
-    a text is considered once, and rejected when it has no tokens, overlaps a gold or a chosen
-    distractor (`_overlap_tokens`), or fails the mode's extra check `also` (called last, so it
+    a text is considered once, and rejected when it has no tokens, overlaps a chosen distractor
+    (`_overlap_tokens`), overlaps or touches a gold (`_touch_tokens`: "of grey" beside the gold
+    "grey stone"), or fails the mode's extra check `also` (called last, so it
     may record the accepted text)."""
 
     def __init__(self, golds: list[tuple[str, ...]], also=None):
@@ -79,7 +80,9 @@ class _Picked:
         if text in self._seen:
             return
         self._seen.add(text)
-        if not tokens or any(_overlap_tokens(tokens, t) for t in self.golds + self._tokens):
+        if not tokens or any(_overlap_tokens(tokens, t) for t in self._tokens):
+            return
+        if any(_touch_tokens(tokens, g) for g in self.golds):
             return
         if self.also is not None and not self.also(text):
             return
@@ -132,6 +135,7 @@ def _choose_passage_distractors(
     pool: _Pool,
     key: int,
     n: int,
+    gold_texts: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """'passage' mode: up to n distractors that occur verbatim in the passage.
 
@@ -151,14 +155,19 @@ def _choose_passage_distractors(
     window is what makes an enumerated span or a found answer answer-sized. A candidate
     is rejected when it has no tokens, does not occur in the passage, is equal to,
     contains or is contained in any gold or chosen distractor after normalisation
-    (`_overlap_tokens`), or shares characters of the passage with a chosen distractor
-    (any occurrence of either). Returns (texts, sources): 'answer'
+    (`_overlap_tokens`), shares an edge with a gold ("of grey" beside "grey stone",
+    `_touch_tokens`), or shares characters of the passage with a gold (`gold_texts`, every
+    answer of the item) or a chosen distractor (any occurrence of either). Spans (3) are also
+    never cut inside a word, never start or end with a function word and are never a fragment
+    of a longer name (`_Passage.spans`); answers found in the passage (2) are not cut inside a
+    word either. Returns (texts, sources): 'answer'
     for (1) and (2), 'span' for (3).
     """
     n_gold = len(tokenize(gold, passage.lang))
     lo, hi = _length_range(n_gold)
     kind = _kind(gold)
-    used: list[tuple[int, int]] = []
+    # the characters of every gold's occurrence: no distractor may share them
+    used: list[tuple[int, int]] = [w for g in gold_texts or [gold] for w in passage.occurrences(g)]
 
     def apart(text: str) -> bool:
         """The text occurs in the passage, never on characters of a distractor already chosen."""
@@ -195,7 +204,9 @@ def _choose_passage_distractors(
             passage.answers = [
                 j
                 for j, t in enumerate(pool.texts)
-                if t in passage.text and contains_tokens(passage.tokens, list(pool.tokens[j]))
+                if t in passage.text
+                and contains_tokens(passage.tokens, list(pool.tokens[j]))
+                and passage.on_word_breaks(t)
             ]
         found = [
             j

@@ -52,7 +52,8 @@ from benchmark_illusion.data.distractors import (
     _Pool,
     _stable_u64,
 )
-from benchmark_illusion.data.spans import _Passage
+from benchmark_illusion.data.spans import _kind, _Passage
+from benchmark_illusion.evaluation import language
 from benchmark_illusion.evaluation.text import normalize, tokenize
 
 REASONS = (
@@ -231,7 +232,14 @@ def build_items(
             if passage is None:
                 passage = passages[(lang, row["context"])] = _Passage(row["context"], lang)
             chosen, sources = _choose_passage_distractors(
-                row["answers"][0], golds, passage_texts, passage, pools[lang], key, n_distractors
+                row["answers"][0],
+                golds,
+                passage_texts,
+                passage,
+                pools[lang],
+                key,
+                n_distractors,
+                gold_texts=row["answers"],
             )
         else:
             chosen, sources = _choose_distractors(
@@ -277,8 +285,39 @@ def build_items(
             for src in DISTRACTOR_SOURCES
         },
         "n_items_distractors_in_passage": sum(item["distractors_in_passage"] for item in built),
+        "option_quality": option_quality_rows(built),
     }
     return pl.DataFrame(built, schema=ITEM_SCHEMA), report
+
+
+OPTION_KINDS = {"digit": "number", "upper": "name", "other": "other"}
+
+
+def option_quality_rows(items: list[dict]) -> list[dict]:
+    """How answer-like an item table's options are: one row per (lang, source, kind) with the
+    number of options and how many start or end with a function word of the language
+    (`language.function_edge`). source: 'gold' (the gold option, for comparison) or the
+    distractor's source ('answer', 'span', 'other_passage'); kind: 'number' (a decimal digit),
+    'name' (starts with a capital), 'other' (`_kind`)."""
+    counts: dict[tuple[str, str, str], list[int]] = {}
+    for item in items:
+        lang = item["lang"]
+        gold = item["options"][item["gold_option"]]
+        labelled = [(gold, "gold")] + list(
+            zip(
+                [o for k, o in enumerate(item["options"]) if k != item["gold_option"]],
+                item["distractor_sources"],
+                strict=True,
+            )
+        )
+        for text, source in labelled:
+            c = counts.setdefault((lang, source, OPTION_KINDS[_kind(text)]), [0, 0])
+            c[0] += 1
+            c[1] += int(language.function_edge(text, lang))
+    return [
+        {"lang": lang, "source": src, "kind": kind, "n_options": n, "n_function_edge": fe}
+        for (lang, src, kind), (n, fe) in sorted(counts.items())
+    ]
 
 
 def _assign_exemplars(items: list[dict]) -> None:

@@ -8,6 +8,7 @@ import functools
 import math
 import unicodedata
 
+from benchmark_illusion.evaluation import language
 from benchmark_illusion.evaluation.text import tokenize
 
 # Sentences. A passage is cut into sentences after 。！？ । ؟ ۔ (always), at line breaks,
@@ -41,6 +42,16 @@ from benchmark_illusion.evaluation.text import tokenize
 # (the capital is then not just the sentence start's: not "The lake"). The others are used
 # only after them.
 # A span never ends with a word that has no judge tokens (an English article).
+#
+# Spans that are not answers are left out (`_Passage.spans`):
+# - a span that starts or ends with a function word of the passage's language (stopwords-iso,
+#   `language.function_edge`): "and", "of grey", "opened in", "Las semillas están";
+# - in Chinese and Thai, a span cut inside a word of the word segmenter (jieba, pythainlp):
+#   "京大" of "北京大学";
+# - a capitalised span that is part of a longer name: the unit right before or after it in the
+#   same phrase is capitalised too and no function word ("Bergführer Josef" of "Bergführer Josef
+#   Anger"), unless that unit starts a sentence and is capitalised nowhere else;
+# - a group of a number written with spaces between its groups ("000" of "12 000").
 
 _SENTENCE_END = frozenset("。！？।؟۔")
 _SENTENCE_END_IF_SPACED = frozenset(".!?")
@@ -119,6 +130,11 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return out
 
 
+def _segmented(ch: str) -> bool:
+    """A character of a script whose words the segmenter finds (not a digit)."""
+    return _own_token(ch, "zh") and not ch.isdigit()
+
+
 def _kind(text: str) -> str:
     """'digit' (contains a decimal digit of any script: 0-9, ٠-٩, ०-९, ๐-๙, ０-９, ...),
     'upper' (its first letter or digit is an upper-case letter), else 'other'.
@@ -164,6 +180,7 @@ class _Passage:
             if a not in sentence_starts and _kind(text[a:b]) == "upper"
         }
         self.unit_counts = [[len(tokenize(text[a:b], lang)) for a, b in p] for p in self.phrases]
+        self.breaks = language.word_breaks(text, lang)  # None outside Chinese and Thai
         self._spans: dict[tuple[int, int, int], tuple[str, tuple[str, ...], str | None, int]] = {}
         self._occurrences: dict[str, list[tuple[int, int]]] = {}
         self.answers: list[int] | None = None  # pool indices of answers found in the passage
@@ -263,7 +280,12 @@ class _Passage:
                     if total < lo - _LENGTH_SLACK or counts[j] == 0:
                         continue
                     text, tokens, span_kind, weak = self._span(p, i, j)
-                    if span_kind == kind and lo <= len(tokens) <= hi and text not in seen:
+                    if (
+                        span_kind == kind
+                        and lo <= len(tokens) <= hi
+                        and text not in seen
+                        and self._answer_like(p, i, j, text, span_kind)
+                    ):
                         seen.add(text)
                         out.append((text, tokens, weak))
         return out
@@ -285,6 +307,59 @@ class _Passage:
                 weak = _kind(last) != "upper" or sentence_capital
             hit = self._spans[key] = (text, tokens, kind, weak)
         return hit
+
+    def _inside_word(self, at: int) -> bool:
+        """Whether offset `at` cuts a word of the segmenter (Chinese and Thai only)."""
+        t = self.text
+        return (
+            self.breaks is not None
+            and 0 < at < len(t)
+            and _segmented(t[at - 1])
+            and _segmented(t[at])
+            and at not in self.breaks
+        )
+
+    def on_word_breaks(self, text: str) -> bool:
+        """Whether some occurrence of `text` starts and ends on word breaks (always true
+        outside Chinese and Thai)."""
+        return self.breaks is None or any(
+            not self._inside_word(a) and not self._inside_word(b) for a, b in self.occurrences(text)
+        )
+
+    def _name_part(self, unit: tuple[int, int]) -> bool:
+        """A unit that continues a name: capitalised, no function word, and not capitalised only
+        because it starts a sentence."""
+        text = self.text[unit[0] : unit[1]]
+        if _kind(text) != "upper":
+            return False
+        toks = tokenize(text, self.lang)
+        if not toks or language.is_function_word(toks[0], self.lang):
+            return False
+        return unit[0] not in self.sentence_starts or text in self.capitalised
+
+    def _answer_like(self, p: int, i: int, j: int, text: str, kind: str) -> bool:
+        """The span phrase[i..j] is not cut inside a word, has no function word at either end,
+        and (capitalised) is not part of a longer name (module comment above)."""
+        phrase = self.phrases[p]
+        if self._inside_word(phrase[i][0]) or self._inside_word(phrase[j][1]):
+            return False
+        if language.function_edge(text, self.lang):
+            return False
+        if kind == "upper":
+            if i > 0 and self._name_part(phrase[i - 1]):
+                return False
+            if j + 1 < len(phrase) and self._name_part(phrase[j + 1]):
+                return False
+        if kind == "digit":
+            # "000" of "12 000": a number's groups are one number
+            if i > 0 and self._digits(phrase[i - 1]) and self._digits(phrase[i]):
+                return False
+            if j + 1 < len(phrase) and self._digits(phrase[j + 1]) and self._digits(phrase[j]):
+                return False
+        return True
+
+    def _digits(self, unit: tuple[int, int]) -> bool:
+        return self.text[unit[0] : unit[1]].isdecimal()
 
     def occurrences(self, text: str) -> list[tuple[int, int]]:
         """(start, end) of every occurrence of `text` in the passage."""

@@ -42,7 +42,7 @@ from benchmark_illusion.evaluation.judge import (
     Judgement,
     _answered,
     _is_repeat,
-    _scores,
+    _read,
     _sentence_verdict,
     named_phrases,
 )
@@ -139,35 +139,32 @@ def judge_candidates(
             judged=judged,
         )
 
-    s = _scores(pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack)
-    echo, too_long = (False, False) if bare else (s["echo"], s["too_long"])
-    contained = bool(s["contained"])
+    s = _read(
+        judged, pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack
+    )
+    echo, too_long = (False, False) if bare else (s.echo, s.too_long)
+    contained = bool(s.contained) or (bare and label == gold_option)
     hedge = contained and any(k != gold_option for k in named)
     repeat = not any(pred == t for t in option_tokens) and any(
         _is_repeat(pred, t) for t in option_tokens
     )
-    correct = (
-        pred_option == gold_option
-        and contained
-        and not echo
-        and not too_long
-        and not hedge
-        and not repeat
-    )
+    fine = pred_option == gold_option and not echo and not too_long and not hedge and not repeat
+    correct = contained and fine
     sentence = _sentence_verdict(
         judged,
         pred,
         s,
-        question,
+        tokenize(question, lang),
         passage,
         lang,
         sentence_slack,
         correct,
         pred_option != gold_option or hedge or repeat,
     )
+    upper = bool(s.uncertain_contained) and fine
     return Judgement(
-        exact_match=s["exact_match"],
-        f1=s["f1"],
+        exact_match=s.exact_match,
+        f1=s.f1,
         contains=contained,
         echo=echo,
         too_long=too_long,
@@ -177,5 +174,11 @@ def judge_candidates(
         options_named=len(named),
         pred_option=pred_option,
         judged=judged,
+        negated=s.negated and not bare,
+        uncertain=s.uncertain and not bare,
+        longer_entity=s.longer_entity and not bare,
+        match=s.match,
+        correct_upper=correct or upper,
+        correct_sentence_upper=sentence["correct_sentence"] or upper,
         **sentence,
     )

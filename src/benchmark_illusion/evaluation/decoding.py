@@ -274,13 +274,32 @@ def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open"
         sentences=j.sentences,
         sentence_too_long=j.sentence_too_long,
         sentence_copy=j.sentence_copy,
+        negated=j.negated,
+        uncertain=j.uncertain,
+        longer_entity=j.longer_entity,
+        match=j.match or None,
+        correct_upper=j.correct_upper,
+        correct_sentence_upper=j.correct_sentence_upper,
     )
     if fmt == "candidates":
         row["pred_option"] = j.pred_option
     elif options is not None:
         # false recovery: every option judged as if it were the gold (same judge and rules,
-        # hedges included); the distractors' entries say whether the output produces one
-        verdicts = [judge(output, [o], lang, options=options, **common) for o in options]
+        # hedges included); the distractors' entries say whether the output produces one, and
+        # a distractor's occurrence that overlaps a gold's ("of grey" in "made of grey stone",
+        # gold "grey stone") is no hit
+        golds = list(item["answers"])
+        verdicts = [
+            judge(
+                output,
+                [o],
+                lang,
+                options=options,
+                rivals=None if k == item["gold_option"] else golds,
+                **common,
+            )
+            for k, o in enumerate(options)
+        ]
         row.update(
             option_correct=[v.correct for v in verdicts],
             option_correct_sentence=[v.correct_sentence for v in verdicts],

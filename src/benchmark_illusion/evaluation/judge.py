@@ -116,10 +116,13 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from benchmark_illusion.evaluation import language
+from benchmark_illusion.evaluation.text import _is_unspaced_char as _is_unspaced
 from benchmark_illusion.evaluation.text import (
     contains_tokens,
     find_token_runs,
     first_line,
+    normalize,
     tokenize,
 )
 
@@ -231,11 +234,27 @@ class Judgement:
     sentences: int = 0
     sentence_too_long: bool = False
     sentence_copy: bool = False
+    # reading the answer (module docstring, "What the answer says")
+    negated: bool = False
+    uncertain: bool = False
+    longer_entity: bool = False
+    match: str = ""
+    correct_upper: bool = False
+    correct_sentence_upper: bool = False
 
-
-_EMPTY = Judgement(
-    exact_match=False, f1=0.0, contains=False, echo=False, too_long=False, correct=False
-)
+    @property
+    def status(self) -> str:
+        """'correct', 'correct_sentence', 'negated', 'uncertain' or 'wrong' (the sentence-tolerant
+        reading; 'correct' when the short-answer verdict holds too)."""
+        if self.correct:
+            return "correct"
+        if self.correct_sentence:
+            return "correct_sentence"
+        if self.negated:
+            return "negated"
+        if self.uncertain:
+            return "uncertain"
+        return "wrong"
 
 
 def _question_echo(pred: list[str], contained: list[list[str]], question: list[str]) -> bool:
@@ -260,7 +279,153 @@ def _passage_copy(pred: list[str], passage: list[str], max_run: int) -> bool:
     return any(tuple(pred[i : i + n]) in grams for i in range(len(pred) - n + 1))
 
 
-def _scores(
+@dataclass(frozen=True)
+class Match:
+    """One occurrence of a gold in the prediction's tokens: pred[start:end] is gold `gold` (an
+    index), written as `kind` ('exact', 'number', 'inflection' or 'toneless')."""
+
+    start: int
+    end: int
+    gold: int
+    kind: str
+
+
+def _runs_where(pred: list[str], gold: list[str], same) -> list[int]:
+    n = len(gold)
+    return [
+        i for i in range(len(pred) - n + 1) if all(same(pred[i + k], gold[k]) for k in range(n))
+    ]
+
+
+def gold_matches(pred: list[str], gold_tokens: list[list[str]], lang: str) -> list[Match]:
+    """Every occurrence of a gold in `pred`: as written, with its numbers written the other way
+    (language.number_variants), inflected (language.stems_match, STEMMED languages), and in
+    Vietnamese without tone marks when the whole answer is written without them."""
+    out: list[Match] = []
+    # Vietnamese and Romanian are often typed without their marks: an answer written entirely
+    # without them may match the gold without them (one with marks must match as written)
+    vietnamese = language.base_lang(lang) in ("vi", "ro") and language.is_toneless(pred)
+    for k, g in enumerate(gold_tokens):
+        found = {i for i in find_token_runs(pred, g)}
+        out += [Match(i, i + len(g), k, "exact") for i in sorted(found)]
+        stemmed = language.base_lang(lang) in language.STEMMED
+
+        def same(a: str, b: str) -> bool:
+            return language.stems_match(a, b, lang)
+
+        for v in language.number_variants(g, lang):
+            runs = _runs_where(pred, v, same) if stemmed else find_token_runs(pred, v)
+            out += [Match(i, i + len(v), k, "number") for i in runs]
+        if stemmed:
+            for i in _runs_where(pred, g, same):
+                if i not in found:
+                    out.append(Match(i, i + len(g), k, "inflection"))
+        if vietnamese:
+            bare = [language.strip_tones(t) for t in g]
+            if bare != g:
+                out += [Match(i, i + len(g), k, "toneless") for i in find_token_runs(pred, bare)]
+    return out
+
+
+# Capitalised words that start a name although the language lists them as function words
+# ("New York", "San Marino", "La Paz"): before a gold they make it part of a longer name.
+_NAME_STARTS = frozenset(
+    "new san santa santo saint sainte st sankt los las la le el al van von mount mt lake port "
+    "fort north south east west upper lower great little old nueva nuevo ciudad puerto villa "
+    "university universidad universitat universität universitatea universita universite "
+    "νεα νεος νεο αγιος αγια αγιοι ανω κατω".split()
+)
+# Words that join the parts of a name: "Santiago de Compostela", "University of Chicago".
+_CONNECTORS = frozenset("de del della di da do dos das du von van of la le din y".split())
+_NUMERALS = frozenset("零一二三四五六七八九十百千万亿两〇")
+
+
+def whole_entity(
+    m: Match,
+    pred: list[str],
+    toks,
+    line: str,
+    lang: str,
+    named: list[tuple[int, int]],
+) -> bool:
+    """Whether the occurrence m stands as a whole entity, not inside a longer one (module
+    docstring, "What the answer says"): in cased scripts, a gold written with a capital is not
+    joined to a capitalised word in its clause ("Paris Hilton", "New York" for York); in Chinese
+    and Thai, the occurrence starts and ends on the word segmenter's word breaks ("北京大学" for
+    北京, "ทองแดง" for ทอง)."""
+    if toks is None:
+        return True
+    first, last = toks[m.start], toks[m.end - 1]
+    breaks = language.word_breaks(line, lang)
+    a, b = first.start, last.end
+    number = m.kind == "number" or all(ch.isdigit() or ch in _NUMERALS for ch in line[a:b])
+    if breaks is not None and not number:
+        # a number with its measure word or classifier is one word to the segmenter ("十二个")
+        inside_a = 0 < a and _segmented(line[a - 1]) and _segmented(line[a])
+        inside_b = b < len(line) and _segmented(line[b - 1]) and _segmented(line[b])
+        if (inside_a and a not in breaks) or (inside_b and b not in breaks):
+            return False
+    code = language.base_lang(lang)
+    # German writes every noun with a capital ("die Stadt Berlin", "Deutschlands Hauptstadt"):
+    # capitals there say nothing about names
+    if not first.capital or code == "de":
+        return True
+    covered = {i for a, b in named for i in range(a, b)}
+
+    def name_word(i: int) -> bool:
+        t = toks[i]
+        return t.capital and len(t.text) > 1 and i not in covered
+
+    # after: "Paris Hilton", "Washington State", "Santiago de Compostela"
+    for at in (m.end, m.end + 1):
+        if at >= len(pred) or toks[at].clause != last.clause or toks[at].sentence_start:
+            break
+        if at == m.end + 1 and pred[m.end] not in _CONNECTORS:
+            break
+        if name_word(at):
+            return False
+    # before: "New York", "University of Chicago"; a capital that only starts the sentence
+    # counts where the word starts names (_NAME_STARTS)
+    for at in (m.start - 1, m.start - 2):
+        if at < 0 or toks[at].clause != first.clause:
+            break
+        if at == m.start - 2 and pred[m.start - 1] not in _CONNECTORS:
+            break
+        if name_word(at) and (
+            toks[at].text in _NAME_STARTS
+            or not (toks[at].sentence_start or language.is_function_word(toks[at].text, lang))
+        ):
+            return False
+    return True
+
+
+def _segmented(ch: str) -> bool:
+    import unicodedata
+
+    return _is_unspaced(ch) and not ch.isdigit() and not unicodedata.category(ch).startswith("P")
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What the judge reads off one text against its golds (`_read`): the clean matches (whole,
+    not negated, not an alternative) and the flags the verdicts combine."""
+
+    exact_match: bool
+    f1: float
+    contained: list[list[str]]
+    reference: int
+    too_long: bool
+    echo: bool
+    negated: bool
+    uncertain: bool
+    longer_entity: bool
+    match: str
+    uncertain_contained: list[list[str]]
+    clause_end: int = 0
+
+
+def _read(
+    text: str,
     pred: list[str],
     gold_tokens: list[list[str]],
     lang: str,
@@ -268,24 +433,90 @@ def _scores(
     passage: str,
     max_length_factor: float,
     max_length_slack: int,
-) -> dict:
-    """exact_match, f1, the contained golds, too_long and echo of non-empty `pred`."""
-    contained = [g for g in gold_tokens if contains_tokens(pred, g)]
-    # Measure length against the gold actually given, so a long gold does not
-    # license a long answer that only contains a short gold.
-    reference = max(contained or gold_tokens, key=len)
-    max_tokens = max_length_factor * len(reference) + max_length_slack
+    option_tokens: list[list[str]] | None = None,
+    rivals: list[list[str]] | None = None,
+) -> Scores:
+    """exact_match, f1, the matched golds, too_long, echo, negated, uncertain and longer_entity of
+    non-empty `pred` (the tokens of `text`). `rivals`: phrases whose occurrences a match must not
+    overlap (the real golds, when a distractor is judged as if it were the gold)."""
+    toks = language.located_tokens(text, lang)
+    matches = gold_matches(pred, gold_tokens, lang)
+    if rivals:
+        spans = [(i, i + len(r)) for r in rivals for i in find_token_runs(pred, r)]
+        matches = [m for m in matches if not any(m.start < e and s < m.end for s, e in spans)]
+    phrases = list(gold_tokens) + list(option_tokens or [])
+    named = [(i, i + len(p)) for p in phrases for i in find_token_runs(pred, p)]
+    named += [(m.start, m.end) for m in matches]
+    if toks is not None:
+        # an inflected match is not the first part of a hyphenated compound ("Москва-река" for
+        # Москва; "Санкт-Петербурге" for Санкт-Петербург is fine)
+        def compound_head(m: Match) -> bool:
+            for k, t in enumerate(toks[m.start : m.end]):
+                raw = text[t.start : t.end]
+                if "-" in raw:
+                    head = normalize(raw[: raw.rindex("-")], lang).replace(" ", "")
+                    if len(gold_tokens[m.gold][k]) <= len(head) + 1:
+                        return True
+            return False
+
+        matches = [m for m in matches if m.kind != "inflection" or not compound_head(m)]
+    whole = [m for m in matches if whole_entity(m, pred, toks, text, lang, named)]
+    clean, alternative = [], []
+    negated_any = False
+    for m in whole:
+        if language.negated_at(pred, toks, m.start, m.end, lang):
+            negated_any = True
+        elif language.alternative_at(pred, toks, m.start, m.end, lang, named, text):
+            alternative.append(m)
+        else:
+            clean.append(m)
+    kinds = ("exact", "number", "inflection", "toneless")
+    best = min(
+        clean or alternative or [Match(0, 0, 0, "")],
+        key=lambda m: kinds.index(m.kind) if m.kind in kinds else 9,
+    )
+    contained = _golds_of(clean, gold_tokens)
+    reference = max(
+        [m.end - m.start for m in clean or alternative] or [max(len(g) for g in gold_tokens)]
+    )
+    max_tokens = max_length_factor * reference + max_length_slack
     too_long = len(pred) > max_tokens
-    echo = _question_echo(pred, contained, tokenize(question, lang))
+    qtoks = tokenize(question, lang)
+    echo = _question_echo(pred, contained or _golds_of(alternative, gold_tokens), qtoks)
     if not echo and too_long and passage:
         echo = _passage_copy(pred, tokenize(passage, lang), int(max_tokens))
-    return dict(
+    return Scores(
         exact_match=any(pred == g for g in gold_tokens),
         f1=max(_f1(pred, g) for g in gold_tokens),
         contained=contained,
+        reference=reference,
         too_long=too_long,
         echo=echo,
+        negated=negated_any and not clean and not alternative,
+        uncertain=bool(alternative) and not clean,
+        longer_entity=bool(matches) and not whole,
+        match=best.kind,
+        uncertain_contained=_golds_of(alternative, gold_tokens),
+        clause_end=_clause_end(toks, clean or alternative, len(pred)),
     )
+
+
+def _clause_end(toks, matches: list[Match], n: int) -> int:
+    """Index just past the last token of the clause that holds the first match (n without
+    positions or matches): what follows that clause ("Brennick, which has a small harbour") adds
+    to the answer and is not counted against the sentence length."""
+    if toks is None or not matches:
+        return n
+    m = min(matches, key=lambda m: m.start)
+    clause = toks[m.end - 1].clause
+    end = m.end
+    while end < n and toks[end].clause == clause:
+        end += 1
+    return end
+
+
+def _golds_of(matches: list[Match], gold_tokens: list[list[str]]) -> list[list[str]]:
+    return [gold_tokens[k] for k in sorted({m.gold for m in matches})]
 
 
 _SENTENCE_END_SPACED = frozenset(".!?\u2026")
@@ -294,45 +525,89 @@ _ABBREVIATION = re.compile(r"(?:^|[\s(])[A-Z][A-Za-z]{0,2}$")
 SENTENCE_SLACK = 4
 
 
-def sentence_count(line: str) -> int:
-    """How many sentences `line` holds (module docstring, correct_sentence); 0 when it has
-    no letter or digit."""
-    count, start = 0, 0
+def _sentence_ends(line: str) -> list[int]:
+    """Offsets just past each sentence end of `line` that has text before and after it."""
+    ends, start = [], 0
     for i, ch in enumerate(line):
         rest = line[i + 1 :]
         if ch in _SENTENCE_END_UNSPACED:
-            ends = any(c.isalnum() for c in rest)
+            ends_here = any(c.isalnum() for c in rest)
         elif ch in _SENTENCE_END_SPACED:
-            ends = bool(rest[:1].isspace()) and any(c.isalnum() for c in rest)
-            if ends and ch == "." and _ABBREVIATION.search(line[start:i]):
-                ends = False
+            ends_here = bool(rest[:1].isspace()) and any(c.isalnum() for c in rest)
+            if ends_here and ch == "." and _ABBREVIATION.search(line[start:i]):
+                ends_here = False
         else:
             continue
-        if ends and any(c.isalnum() for c in line[start:i]):
-            count, start = count + 1, i + 1
-    return count + (1 if any(c.isalnum() for c in line[start:]) else 0)
+        if ends_here and any(c.isalnum() for c in line[start:i]):
+            ends.append(i + 1)
+            start = i + 1
+    return ends
+
+
+def sentence_count(line: str) -> int:
+    """How many sentences `line` holds (module docstring, correct_sentence); 0 when it has
+    no letter or digit."""
+    ends = _sentence_ends(line)
+    tail = line[ends[-1] :] if ends else line
+    return len(ends) + (1 if any(c.isalnum() for c in tail) else 0)
+
+
+def first_sentence(line: str) -> str:
+    """The first sentence of `line` (the whole line when it holds one sentence)."""
+    ends = _sentence_ends(line)
+    return line[: ends[0]].strip() if ends else line
 
 
 def _sentence_flags(
-    line: str,
     pred: list[str],
     contained: list[list[str]],
     question: list[str],
     passage: str,
     lang: str,
     sentence_slack: int,
-) -> tuple[int, bool, bool]:
-    """sentences, sentence_too_long and sentence_copy of a non-empty prediction."""
+) -> tuple[bool, bool]:
+    """sentence_too_long and sentence_copy of a non-empty prediction."""
     reference = max(contained, key=len) if contained else []
     too_long = len(pred) > len(question) + len(reference) + sentence_slack
     copy = False
     if contained and passage and len(pred) >= len(reference) + 2:
         if contains_tokens(tokenize(passage, lang), pred):
-            start = find_token_runs(pred, reference)[0]
+            runs = find_token_runs(pred, reference)
+            start = runs[0] if runs else 0
             rest = pred[:start] + pred[start + len(reference) :]
             qset = set(question)
             copy = sum(1 for t in rest if t in qset) < 0.5 * len(rest)
-    return sentence_count(line), too_long, copy
+    return too_long, copy
+
+
+def _hedge_and_named(
+    lang: str,
+    pred: list[str],
+    contained: bool,
+    gold_tokens: list[list[str]],
+    option_tokens: list[list[str]],
+    question: list[str],
+) -> tuple[bool, int]:
+    """hedge and options_named of `judge` (module docstring, "hedge")."""
+    named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
+    # an option written with its number the other way ("Doce o tres" for the options 12 and 3)
+    named = [
+        n
+        or (
+            toks not in gold_tokens
+            and any(contains_tokens(pred, v) for v in language.number_variants(toks, lang))
+        )
+        for n, toks in zip(named, option_tokens, strict=True)
+    ]
+    named = [
+        n
+        and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
+        and not (len(toks) == 1 and language.is_function_word(toks[0], lang))
+        for n, toks in zip(named, option_tokens, strict=True)
+    ]
+    kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, question)
+    hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
+    return hedge, len(kept)
 
 
 def judge(
@@ -345,15 +620,18 @@ def judge(
     max_length_slack: int = 3,
     options: list[str] | None = None,
     sentence_slack: int = SENTENCE_SLACK,
+    rivals: list[str] | None = None,
 ) -> Judgement:
     """Judge the first non-empty line of `prediction` against `golds`.
 
-    Promises exactly the definitions of the module docstring: correct is contains and
-    not echo and not too_long and not hedge and not repeat. `options` (the item's
-    options, gold included) enable hedge and options_named; without them hedge is false
-    and options_named None. An empty prediction, or one judged against golds that all
-    have no tokens, gets the all-false Judgement with f1 0.0 (options_named 0 when
-    options are given).
+    Promises exactly the definitions of the module docstring: correct is a clean match (whole,
+    not negated, not an alternative) and not echo, too_long, hedge or repeat. `options` (the
+    item's options, gold included) enable hedge and options_named; without them hedge is false
+    and options_named None. `rivals`: texts whose occurrences a gold's occurrence must not
+    overlap (the false-recovery control passes the item's real golds when it judges a
+    distractor as if it were the gold). An empty prediction, or one judged against golds that
+    all have no tokens, gets the all-false Judgement with f1 0.0 (options_named 0 when options
+    are given).
     """
     line = first_line(prediction)
     pred = tokenize(line, lang)
@@ -363,38 +641,75 @@ def judge(
         return Judgement(
             False, 0.0, False, False, False, False, options_named=n_options, judged=line
         )
+    option_tokens = None if options is None else [tokenize(o, lang) for o in options]
+    rival_tokens = [t for t in (tokenize(r, lang) for r in rivals or []) if t]
+    qtoks = tokenize(question, lang)
+    common = (lang, question, passage, max_length_factor, max_length_slack, option_tokens)
 
-    s = _scores(pred, gold_tokens, lang, question, passage, max_length_factor, max_length_slack)
-    contained = bool(s["contained"])
-    hedge = False
-    if options is not None:
-        option_tokens = [tokenize(o, lang) for o in options]
-        named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
-        named = [
-            n and (toks in gold_tokens or not _inside_gold(pred, toks, gold_tokens))
-            for n, toks in zip(named, option_tokens, strict=True)
-        ]
-        kept = _answered(
-            set(k for k, n in enumerate(named) if n), option_tokens, tokenize(question, lang)
+    def verdict(text: str, toks: list[str], s: Scores) -> tuple[bool, bool, bool, bool, int]:
+        """correct, correct if uncertain counted right, hedge, repeat, options named."""
+        hedge, named = False, n_options
+        if option_tokens is not None:
+            hedge, named = _hedge_and_named(
+                lang,
+                toks,
+                bool(s.contained or s.uncertain_contained),
+                gold_tokens,
+                option_tokens,
+                qtoks,
+            )
+        repeat = not s.exact_match and any(_is_repeat(toks, g) for g in gold_tokens)
+        fine = not s.echo and not s.too_long and not hedge and not repeat
+        return (
+            bool(s.contained) and fine,
+            bool(s.uncertain_contained) and fine,
+            hedge,
+            repeat,
+            named,
         )
-        n_options = len(kept)
-        hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
-    repeat = not s["exact_match"] and any(_is_repeat(pred, g) for g in gold_tokens)
-    correct = contained and not s["echo"] and not s["too_long"] and not hedge and not repeat
+
+    s = _read(line, pred, gold_tokens, *common, rivals=rival_tokens)
+    correct, correct_upper, hedge, repeat, n_options = verdict(line, pred, s)
+    # the sentence-tolerant verdict reads the first sentence, whatever follows it
+    sentence_text = first_sentence(line)
+    if sentence_text != line:
+        stoks = tokenize(sentence_text, lang)
+        ss = _read(sentence_text, stoks, gold_tokens, *common, rivals=rival_tokens) if stoks else s
+        s_hedge, s_repeat = verdict(sentence_text, stoks, ss)[2:4] if stoks else (hedge, repeat)
+    else:
+        stoks, ss, s_hedge, s_repeat = pred, s, hedge, repeat
     sentence = _sentence_verdict(
-        line, pred, s, question, passage, lang, sentence_slack, correct, hedge or repeat
+        line, stoks, ss, qtoks, passage, lang, sentence_slack, correct, s_hedge or s_repeat
+    )
+    upper = _sentence_verdict(
+        line,
+        stoks,
+        ss,
+        qtoks,
+        passage,
+        lang,
+        sentence_slack,
+        correct_upper,
+        s_hedge or s_repeat,
+        uncertain_counted=True,
     )
     return Judgement(
-        exact_match=s["exact_match"],
-        f1=s["f1"],
-        contains=contained,
-        echo=s["echo"],
-        too_long=s["too_long"],
+        exact_match=s.exact_match,
+        f1=s.f1,
+        contains=bool(s.contained),
+        echo=s.echo,
+        too_long=s.too_long,
         correct=correct,
         hedge=hedge,
         repeat=repeat,
         options_named=n_options,
         judged=line,
+        negated=ss.negated if sentence_text != line and not s.negated else s.negated,
+        uncertain=s.uncertain,
+        longer_entity=s.longer_entity,
+        match=s.match if (s.contained or s.uncertain_contained) else "",
+        correct_upper=correct or correct_upper,
+        correct_sentence_upper=sentence["correct_sentence"] or upper["correct_sentence"],
         **sentence,
     )
 
@@ -402,31 +717,35 @@ def judge(
 def _sentence_verdict(
     line: str,
     pred: list[str],
-    s: dict,
-    question: str,
+    s: Scores,
+    question: list[str],
     passage: str,
     lang: str,
     sentence_slack: int,
     correct: bool,
     named_other: bool,
+    uncertain_counted: bool = False,
 ) -> dict:
-    """correct_sentence and its flags (module docstring). Rule c of echo (a passage copy
-    longer than the short-answer limit) is replaced by sentence_copy; rules a and b stay."""
-    qtoks = tokenize(question, lang)
-    sentences, too_long, copy = _sentence_flags(
-        line, pred, s["contained"], qtoks, passage, lang, sentence_slack
-    )
+    """correct_sentence and its flags (module docstring), on the tokens `pred` of the line's
+    first sentence. Rule c of echo (a passage copy longer than the short-answer limit) is
+    replaced by sentence_copy; rules a and b stay. uncertain_counted: the upper bound, an answer
+    offered beside an alternative counted as stating the gold."""
+    contained = s.contained or (s.uncertain_contained if uncertain_counted else [])
+    too_long, copy = _sentence_flags(pred, contained, question, passage, lang, sentence_slack)
+    if too_long and s.clause_end < len(pred):
+        too_long = _sentence_flags(
+            pred[: s.clause_end], contained, question, passage, lang, sentence_slack
+        )[0]
     ok = (
-        bool(s["contained"])
+        bool(contained)
         and not named_other
-        and not _question_echo(pred, s["contained"], qtoks)
-        and sentences == 1
+        and not _question_echo(pred, contained, question)
         and not too_long
         and not copy
     )
     return dict(
         correct_sentence=correct or ok,
-        sentences=sentences,
+        sentences=sentence_count(line),
         sentence_too_long=too_long,
         sentence_copy=copy,
     )

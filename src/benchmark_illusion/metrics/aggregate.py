@@ -42,6 +42,10 @@ def create_views(
                     written before distractors_in_passage existed get it as NULL)
     item_drops      (a table) rows dropped before any model saw them, from the build_items
                     reports: dataset, lang, reason, n (see `item_drop_rows`)
+    option_quality  (a table) the options of every built item by source ('gold', 'answer',
+                    'span', 'other_passage') and kind ('number', 'name', 'other'): n_options and
+                    n_function_edge, how many start or end with a function word of the language
+                    (`items.option_quality_rows`, `option_quality_rows`)
     perturbations   (a table) one row per perturbed twin, from its perturbation.json (a file or
                     the checkpoint folder): model, method, structure, sparsity, seed,
                     source_method, relative_change (measured), source_relative_change (the
@@ -90,6 +94,13 @@ def create_views(
     if rows:
         con.executemany("INSERT INTO item_drops VALUES (?, ?, ?, ?)", rows)
     con.execute(
+        "CREATE OR REPLACE TABLE option_quality (dataset VARCHAR, lang VARCHAR, "
+        "source VARCHAR, kind VARCHAR, n_options BIGINT, n_function_edge BIGINT)"
+    )
+    rows = [r for path in item_reports or [] for r in option_quality_rows(path)]
+    if rows:
+        con.executemany("INSERT INTO option_quality VALUES (?, ?, ?, ?, ?, ?)", rows)
+    con.execute(
         "CREATE OR REPLACE TABLE perturbations (model VARCHAR, method VARCHAR, "
         "structure VARCHAR, sparsity DOUBLE, seed BIGINT, source_method VARCHAR, "
         "relative_change DOUBLE, source_relative_change DOUBLE, n_perturbed BIGINT)"
@@ -119,6 +130,18 @@ def model_source_row(model: str, cfg: dict) -> tuple:
         p = gguf_precision(resolve_gguf(cfg))
         return (model, cfg["source"], p["weight_type"], p["bits_per_weight"])
     return (model, cfg["source"], None, None)
+
+
+def option_quality_rows(report_path: str | Path) -> list[tuple[str, str, str, str, int, int]]:
+    """(dataset, lang, source, kind, n_options, n_function_edge) rows of one build_items report
+    (items.option_quality_rows); none for a report written before the rows existed."""
+    path = Path(report_path)
+    report = json.loads(path.read_text())
+    dataset = report.get("dataset") or path.parent.name
+    return [
+        (dataset, r["lang"], r["source"], r["kind"], int(r["n_options"]), int(r["n_function_edge"]))
+        for r in report.get("items", {}).get("option_quality", [])
+    ]
 
 
 def item_drop_rows(report_path: str | Path) -> list[tuple[str, str, str, int]]:
