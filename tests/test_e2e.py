@@ -282,6 +282,61 @@ def test_instruments_rank_text_judge_strictly_and_draw_distractors_from_the_pass
     assert [b[0] for b in bias] == ["candidates", "mc"] and all(b[1] == b[2] for b in bias)
 
 
+def test_the_judge_reads_the_real_models_answers_and_the_options_are_answers(smoke_run):
+    """On the real model's logs: the judge's statuses and bounds are logged and consistent (a
+    negated or uncertain answer is never correct, the upper bound never below the verdict), each
+    row re-judged from its output gives its logged verdicts, no span option starts or ends with
+    a function word, and the database carries the options' table and the MC-only bounds."""
+    from benchmark_illusion.evaluation.decoding import judge_row
+    from benchmark_illusion.evaluation.language import function_edge
+    from benchmark_illusion.evaluation.settings import EvalSettings
+
+    work, _ = smoke_run
+    gen = pl.concat(
+        [pl.read_parquet(p) for p in (work / "results/generations").glob("**/*.parquet")],
+        how="diagonal_relaxed",
+    ).filter(pl.col("format").is_in(["open", "oneshot"]))
+    assert gen.height > 0
+    for col in ("negated", "uncertain", "correct_upper", "correct_sentence_upper", "match"):
+        assert col in gen.columns
+    assert gen["negated"].null_count() == 0 and gen["uncertain"].null_count() == 0
+    assert not gen.filter(pl.col("negated") | pl.col("uncertain"))["correct_sentence"].any()
+    assert not gen.filter(pl.col("correct") & ~pl.col("correct_upper")).height
+    assert not gen.filter(pl.col("correct_sentence") & ~pl.col("correct_sentence_upper")).height
+    items = {
+        r["item_id"]: r
+        for lang in ("en", "es")
+        for r in pl.read_parquet(work / f"results/items/sample/{lang}.parquet").iter_rows(
+            named=True
+        )
+    }
+    sample = gen.filter(pl.col("format") == "open").head(60)
+    for r in sample.iter_rows(named=True):
+        again = judge_row(r["output"], items[r["item_id"]], EvalSettings())
+        for col in ("correct", "correct_sentence", "negated", "uncertain", "option_correct"):
+            assert again[col] == r[col], (r["item_id"], r["output"], col)
+    for item in items.values():
+        gold = item["options"][item["gold_option"]]
+        spans = [
+            d
+            for d, src in zip(
+                [o for o in item["options"] if o != gold], item["distractor_sources"], strict=True
+            )
+            if src == "span"
+        ]
+        assert not [d for d in spans if function_edge(d, item["lang"])], item["item_id"]
+    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+    spans_with_edges = con.execute(
+        "SELECT sum(n_options), sum(n_function_edge) FROM option_quality WHERE source = 'span'"
+    ).fetchone()
+    assert spans_with_edges[0] > 0 and spans_with_edges[1] == 0
+    bounds = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE mc_only_lower <= mc_only_rate "
+        "AND mc_only_sentence_lower <= mc_only_sentence_rate) FROM mc_only"
+    ).fetchone()
+    assert bounds[0] > 0 and bounds[0] == bounds[1]
+
+
 CHECKPOINTS = [(m, "0.3") for m in ("magnitude", "wanda", "sparsegpt")]  # unstructured
 NM = [(m, "2of4", "0.5") for m in ("magnitude", "wanda", "sparsegpt")]  # 2:4 prunes 2/4 = 50%
 N_PRUNED = len(CHECKPOINTS) + len(NM)

@@ -953,3 +953,56 @@ def test_numeric_reads_english_by_default():
     """is_numeric's language defaults to English, whose articles normalisation drops: "an 12" is
     the number 12 ("an12" in another language is half digits)."""
     assert is_numeric("an 12") and not is_numeric("an 12", "de")
+
+
+def test_no_distractor_touches_or_shares_the_golds_place():
+    """"of grey" beside the gold "grey stone" (it ends with the gold's first word) and any span
+    that shares characters of the gold's occurrence are never options."""
+    ctx = (
+        "The wall of the old harbour is made of grey stone. Fishermen dry their nets on it, "
+        "and children paint boats on it in summer. Lanterns of paper hang from the gate."
+    )
+    for seed in range(6):
+        items, _ = build_items(
+            frame([row("w-1", "en", ctx, "What is the wall made of?", ["grey stone"])]), seed=seed
+        )
+        for item in items.to_dicts():
+            assert_passage_item(item)
+            for d in distractors_of(item):
+                toks = tokenize(d, "en")
+                assert toks[-1] != "grey" and toks[0] != "stone", d
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "es"])
+def test_no_span_of_the_sample_set_is_a_function_word_phrase_or_a_name_fragment(lang):
+    from benchmark_illusion.evaluation.language import function_edge
+
+    df, _ = validate_rows(
+        load_raw(
+            {"source": "squad_json", "path": str(ROOT / "resources/sample_qa" / f"{lang}.json")},
+            lang,
+        ),
+        extractive=True,
+    )
+    items, report = build_items(df, seed=1234)
+    spans = [
+        d
+        for item in items.to_dicts()
+        for d, src in zip(distractors_of(item), item["distractor_sources"], strict=True)
+        if src == "span"
+    ]
+    assert spans and not [d for d in spans if function_edge(d, lang)]
+    assert sum(r["n_function_edge"] for r in report["option_quality"] if r["source"] == "span") == 0
+    # the report's table counts every option once
+    n = sum(r["n_options"] for r in report["option_quality"])
+    assert n == 4 * report["n_items"]
+
+
+def test_thai_spans_are_cut_on_word_breaks():
+    ctx = "ทองแดงเป็นโลหะสีแดง เงินเป็นโลหะสีขาว ทองคำเป็นโลหะสีเหลือง ตะกั่วเป็นโลหะหนัก"
+    items, _ = build_items(frame([row("t-1", "th", ctx, "โลหะใดมีสีขาว", ["เงิน"])]), seed=3)
+    breaks = word_breaks(ctx, "th")
+    for item in items.to_dicts():
+        for d in distractors_of(item):
+            starts = [i for i in range(len(ctx)) if ctx.startswith(d, i)]
+            assert any(i in breaks and i + len(d) in breaks for i in starts), d

@@ -286,3 +286,24 @@ def test_open_and_recovery_rows_are_judged_against_a_fixed_decoy(tiny, bundled_t
         df.filter(pl.col("format").is_in(["mc", "candidates"]))["decoy_correct"].null_count()
         == df.filter(pl.col("format").is_in(["mc", "candidates"])).height
     )
+
+
+def test_a_distractor_inside_the_golds_occurrence_is_no_false_recovery():
+    """A decode hits a distractor only where the distractor's occurrence does not overlap the
+    gold's: "made of grey stone" names the gold "grey stone", not the distractor "of grey"."""
+    from benchmark_illusion.evaluation.decoding import judge_row
+
+    item = dict(
+        item_id="x-1",
+        lang="en",
+        question="What is the wall made of?",
+        context="The old wall is made of grey stone. Paper lanterns hang from it.",
+        answers=["grey stone"],
+        options=["of grey", "grey stone", "lanterns", "old wall"],
+        gold_option=1,
+    )
+    row = judge_row("It is made of grey stone.", item, EvalSettings())
+    assert row["correct_sentence"] and row["option_correct_sentence"] == [False, True, False, False]
+    # the same distractor on its own, away from the gold, is a hit
+    row = judge_row("Lanterns.", item, EvalSettings())
+    assert row["option_correct"] == [False, False, True, False]

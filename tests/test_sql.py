@@ -1475,3 +1475,49 @@ def test_item_drop_rows_of_a_report(tmp_path):
     ]
     path.write_text("{}")
     assert item_drop_rows(path) == [("squad", "de", "too_few_distractors", 0)]
+
+
+def test_uncertain_and_negated_open_answers_give_each_rate_two_bounds(tmp_path):
+    """An open answer that offers the gold beside an alternative (uncertain) is wrong in the
+    lower bound of open accuracy and right in the upper one, so MC-only has the opposite
+    bounds; a negated answer is wrong in both. i1 uncertain (mc right), i2 negated (mc right),
+    i3 right, i4 wrong (mc wrong)."""
+
+    def judged(item, correct, uncertain=False, negated=False):
+        r = row("w", item, "open", correct, rank=2)
+        return dict(
+            r,
+            uncertain=uncertain,
+            negated=negated,
+            correct_upper=correct or uncertain,
+            correct_sentence_upper=correct or uncertain,
+        )
+
+    pruned = [
+        judged("i1", False, uncertain=True),
+        row("w", "i1", "mc", True),
+        judged("i2", False, negated=True),
+        row("w", "i2", "mc", True),
+        judged("i3", True),
+        row("w", "i3", "mc", True),
+        judged("i4", False),
+        row("w", "i4", "mc", False),
+    ]
+    dense = [r for r in DENSE if r["format"] != "candidates"]
+    con = build(tmp_path, dense + pruned, {"en": ["i1", "i2", "i3", "i4"]}, POOL)
+    got = con.execute(
+        "SELECT n_open_uncertain, n_open_negated, mc_only_rate, mc_only_lower, "
+        "mc_only_sentence_rate, mc_only_sentence_lower FROM mc_only "
+        "WHERE method = 'w' AND lang = 'en'"
+    ).fetchone()
+    assert got == (1, 1, 0.5, 0.25, 0.5, 0.25)
+    acc = con.execute(
+        "SELECT accuracy, accuracy_upper, accuracy_sentence, accuracy_sentence_upper "
+        "FROM accuracy WHERE method = 'w' AND lang = 'en' AND format = 'open'"
+    ).fetchone()
+    assert acc == (0.25, 0.5, 0.25, 0.5)
+    summary = con.execute(
+        "SELECT negated, uncertain, mc_only_sentence_lower FROM report_summary "
+        "WHERE method = 'w' AND lang = 'all'"
+    ).fetchone()
+    assert summary == (1, 1, 0.25)

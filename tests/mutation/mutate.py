@@ -30,8 +30,9 @@ EQUIVALENT = Path(__file__).with_name("equivalent.md")
 
 # Functions whose mutants are run (mutmut names: module.x_function, module.xǁClassǁmethod).
 SCOPE = [
-    # judge: containment (text.py), echo (question copy, question share, passage copy), length
-    # limits, hedge, repeat, F1, naming an option, the sentence-tolerant verdict
+    # judge: containment (text.py), matches (numbers, inflection, whole entities), echo (question
+    # copy, question share, passage copy), length limits, hedge, repeat, F1, naming an option,
+    # the sentence-tolerant verdict
     *(
         f"benchmark_illusion.evaluation.text.x_{f}__mutmut_*"
         for f in ("first_line", "find_token_runs", "contains_tokens")
@@ -49,11 +50,30 @@ SCOPE = [
             "contains",
             "_question_echo",
             "_passage_copy",
-            "_scores",
+            "_read",
+            "gold_matches",
+            "whole_entity",
+            "_clause_end",
+            "_sentence_ends",
             "sentence_count",
+            "first_sentence",
             "_sentence_flags",
+            "_hedge_and_named",
             "judge",
             "_sentence_verdict",
+        )
+    ),
+    # the judge's language rules: negation and alternatives, stems, numbers, function words
+    *(
+        f"benchmark_illusion.evaluation.language.x_{f}__mutmut_*"
+        for f in (
+            "negated_at",
+            "alternative_at",
+            "stems_match",
+            "_arabic_match",
+            "number_variants",
+            "_zh_value",
+            "function_edge",
         )
     ),
     # pruning: every mask and SparseGPT

@@ -333,7 +333,8 @@ _NAME_STARTS = frozenset(
     "new san santa santo saint sainte st sankt los las la le el al van von mount mt lake port "
     "fort north south east west upper lower great little old nueva nuevo ciudad puerto villa "
     "university universidad universitat universität universitatea universita universite "
-    "νεα νεος νεο αγιος αγια αγιοι ανω κατω".split()
+    "νεα νεος νεο αγιος αγια αγιοι ανω κατω "
+    "нижний нижняя верхний верхняя новый новая новое великий великая старый старая".split()
 )
 # Words that join the parts of a name: "Santiago de Compostela", "University of Chicago".
 _CONNECTORS = frozenset("de del della di da do dos das du von van of la le din y".split())
@@ -590,12 +591,23 @@ def _hedge_and_named(
 ) -> tuple[bool, int]:
     """hedge and options_named of `judge` (module docstring, "hedge")."""
     named = named_phrases(pred, option_tokens + gold_tokens)[: len(option_tokens)]
-    # an option written with its number the other way ("Doce o tres" for the options 12 and 3)
+    # an option written with its number the other way ("Doce o tres" for the options 12 and
+    # 3), or inflected or with a clitic in a stemmed language ("وكريم النجار")
+    stemmed = language.base_lang(lang) in language.STEMMED
+
+    def inflected(toks: list[str]) -> bool:
+        return stemmed and bool(
+            _runs_where(pred, toks, lambda a, b: language.stems_match(a, b, lang))
+        )
+
     named = [
         n
         or (
             toks not in gold_tokens
-            and any(contains_tokens(pred, v) for v in language.number_variants(toks, lang))
+            and (
+                any(contains_tokens(pred, v) for v in language.number_variants(toks, lang))
+                or inflected(toks)
+            )
         )
         for n, toks in zip(named, option_tokens, strict=True)
     ]

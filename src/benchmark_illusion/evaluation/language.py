@@ -59,7 +59,12 @@ def base_lang(lang: str) -> str:
 # Characters that end a clause: a negation or an "or" on the other side of one does not
 # bind the gold ("Paris, not Lyon": the "not" is Lyon's).
 _CLAUSE_BREAK = frozenset(
-    ',;:.!?\u2026\u3002\uff0c\uff1b\uff1a\uff01\uff1f\u3001\u060c\u061b\u061f\u0964\u0965\u06d4\u2014\u2013()[]{}"\u201c\u201d\u00ab\u00bb'
+    ",;:.!?\u2026"  # Latin, Cyrillic, ...
+    "\u00b7\u0387"  # Greek ano teleia (a semicolon)
+    "\u3002\uff0c\uff1b\uff1a\uff01\uff1f\u3001"  # CJK
+    "\u060c\u061b\u061f\u06d4"  # Arabic
+    "\u0964\u0965"  # Devanagari danda
+    "\u2014\u2013()[]{}\"\u201c\u201d\u00ab\u00bb"  # dashes, brackets, quotes
 )
 _DIGIT_SEPARATORS = frozenset(",.\u066b\u066c")
 _SENTENCE_BREAK = frozenset(".!?\u2026\u3002\uff01\uff1f\u0964\u0965\u061f\u06d4")
@@ -115,6 +120,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
     word: list[tuple[str, int, int]] = []
     clause = sentence = 0
     breaks: list[tuple[int, int, int]] = []  # (offset, clause, sentence) at each word start
+    at_char: dict[int, tuple[int, int]] = {}  # offset -> (clause, sentence)
     prev = ""
     n = len(line)
     for i, ch in enumerate(line):
@@ -126,6 +132,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
             if ch in _SENTENCE_BREAK:
                 sentence += 1
         norm = _char_norm(ch, prev, nxt)
+        at_char[i] = (clause, sentence)
         if ch not in _INVISIBLE:
             prev = ch
         for c in norm:
@@ -144,7 +151,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
     out: list[Located] = []
     last_sentence = -1
     english = _is_english(lang)
-    for w, (_, w_clause, w_sentence) in zip(words, breaks, strict=True):
+    for w in words:
         text = "".join(c for c, _, _ in w)
         if english and text in ("a", "an", "the"):
             continue
@@ -164,6 +171,8 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
         for r in runs:
             start, end = r[0][1], r[-1][2]
             first = line[start]
+            # a run of a script without spaces holds clauses of its own ("北京，上海")
+            w_clause, w_sentence = at_char[start]
             out.append(
                 Located(
                     text="".join(c for c, _, _ in r),
@@ -448,10 +457,11 @@ def negated_at(
     final = _cue_tokens(lang, "final")
     if final and end < len(pred):
         n = _cue_at(pred, end, final)
-        last = end + n == len(pred) or (
-            toks is not None and toks[end + n].clause != toks[end].clause
+        line_end = end + n == len(pred)  # "Santiago, no.": the answer's last word
+        clause_end = (
+            toks is not None and end + n < len(pred) and toks[end + n].clause != toks[end].clause
         )
-        if n and last and _clause_ok(toks, start, end + n):
+        if n and (line_end or (clause_end and _clause_ok(toks, start, end + n))):
             return True
     if base_lang(lang) == "tr":
         for at in range(end, min(len(pred), end + 4)):
@@ -507,11 +517,14 @@ def alternative_at(
         return n
 
     alternatives = _cue_tokens(lang, "or")
+    # after the gold, in its clause or starting the next: "Paris or Lyon", "Paris, or maybe
+    # Lyon", "沈允之，也可能是沈周"
     for at in range(end, min(len(pred), end + gap + 1)):
-        n = cue(at, alternatives)
-        if n and at + n < len(pred) and _clause_ok(toks, start, at + n + 1):
-            if at + n not in covered:
-                return True
+        for cues in (alternatives, _cue_tokens(lang, "doubt")):
+            n = cue(at, cues)
+            if n and at + n < len(pred) and at + n not in covered:
+                if _clause_ok(toks, at, at + n + 1):
+                    return True
     for at in range(max(0, start - gap - 4), start):
         for cues, needs_front in ((alternatives, True), (_cue_tokens(lang, "doubt"), False)):
             n = cue(at, cues)
@@ -607,6 +620,8 @@ _EXTRA = {
     "vi": {1000: ("một ngàn", "ngàn"), 100: ("trăm",)},
     "ro": {1: ("una",), 2: ("două",), 12: ("douăsprezece",), 100: ("sută",), 1000: ("mie",)},
     "es": {1: ("uno", "una"), 100: ("ciento",)},
+    # Arabic numbers agree in gender with what they count
+    "ar": {2: ("اثنتان", "اثنين"), 12: ("اثنتا عشرة", "اثني عشر", "اثنتي عشرة")},
 }
 _ZH_DIGITS = "零一二三四五六七八九"
 
@@ -694,6 +709,25 @@ def number_lexicon(lang: str) -> tuple[tuple[tuple[str, ...], int], ...]:
 _DIGITS = re.compile(r"^-?\d+$")
 
 
+_ZH_VALUE = {c: i for i, c in enumerate(_ZH_DIGITS)} | {"两": 2, "〇": 0}
+_ZH_UNIT = {"十": 10, "百": 100, "千": 1000, "万": 10000}
+
+
+def _zh_value(chars: list[str]) -> int | None:
+    """The value of a run of Chinese numerals (十二, 一百零五, 两千), None if it is none."""
+    if not chars or any(c not in _ZH_VALUE and c not in _ZH_UNIT for c in chars):
+        return None
+    total, digit = 0, None
+    for c in chars:
+        if c in _ZH_VALUE:
+            digit = _ZH_VALUE[c]
+        else:
+            unit = _ZH_UNIT[c]
+            total += (1 if digit is None else digit) * unit
+            digit = None
+    return total + (digit or 0)
+
+
 def number_variants(gold_tokens: list[str], lang: str) -> list[list[str]]:
     """Other token sequences of the same answer with its numbers written the other way: a
     digit token (up to 1 000 000) as the language's words ("12" -> "twelve", "doce", "十二"),
@@ -705,6 +739,18 @@ def number_variants(gold_tokens: list[str], lang: str) -> list[list[str]]:
             if 0 <= n <= 1_000_000:
                 for w in number_words(n, lang):
                     out.append(gold_tokens[:i] + tokenize(w, lang) + gold_tokens[i + 1 :])
+    if base_lang(lang) in ("zh", "ja"):
+        # a whole run of numerals, any value: 一百零五 -> 105
+        i = 0
+        while i < len(gold_tokens):
+            j = i
+            while j < len(gold_tokens) and _zh_value([gold_tokens[j]]) is not None:
+                j += 1
+            if j - i > 1:
+                value = _zh_value(gold_tokens[i:j])
+                if value is not None:
+                    out.append(gold_tokens[:i] + [str(value)] + gold_tokens[j:])
+            i = max(j, i + 1)
     lexicon = number_lexicon(lang)
     i = 0
     while i < len(gold_tokens):
@@ -793,10 +839,13 @@ def stems_match(pred_tok: str, gold_tok: str, lang: str) -> bool:
     if code == "fi":
         shared = len(os.path.commonprefix([pred_tok, gold_tok]))
         # consonant gradation (Helsinki -> Helsingissä, Turku -> Turussa) and -nen -> -se-
-        # (Virtanen -> Virtasen): all but the gold's last two letters (at least MIN_STEM),
-        # then a case ending
-        if shared >= max(MIN_STEM, len(gold_tok) - 3) and len(pred_tok) - shared <= 6:
-            if len(gold_tok) - shared <= 2 or gold_tok.endswith("nen"):
+        # (Virtanen -> Virtasen): all but the gold's last letters (at least MIN_STEM), then at
+        # most two letters of the changed stem and a case ending ("Kemijärvi" is another name)
+        if shared >= max(MIN_STEM, len(gold_tok) - 3) and (
+            len(gold_tok) - shared <= 2 or gold_tok.endswith("nen")
+        ):
+            rest = pred_tok[shared:]
+            if any(rest[k:] in _FI_ENDINGS for k in range(0, min(3, len(rest) + 1))):
                 return True
     g = stem(gold_tok, lang)
     if (
@@ -813,7 +862,7 @@ def stems_match(pred_tok: str, gold_tok: str, lang: str) -> bool:
         return shared == len(gold_tok) and pred_tok[shared:] in ("s", "es")
     if code == "tr":
         return False  # its endings are listed above ("Demirci" is another name)
-    return shared >= max(4, len(gold_tok) - 1) and len(pred_tok) - shared <= 3
+    return shared >= max(4, len(gold_tok) - 1) and len(pred_tok) - shared <= 2
 
 
 _AR_PROCLITICS = ("وال", "فال", "بال", "كال", "لل", "و", "ف", "ب", "ك", "ل")
@@ -834,12 +883,13 @@ def _arabic_match(pred_tok: str, gold_tok: str) -> bool:
     }
     for c in cands:
         c = bare(c)
-        if c == g:
-            return True
-        sg = stem(g, "ar")
-        if len(sg) >= MIN_STEM and stem(c, "ar") == sg and len(c) - len(sg) <= 3:
+        if c == g or (c.startswith(g) and c[len(g) :] in _AR_SUFFIXES):
             return True
     return False
+
+
+# Arabic pronoun suffixes and the tā' marbūṭa a name or noun may take ("سليمان" is another name)
+_AR_SUFFIXES = frozenset("ة ه ها هم هما ي ك كم نا".split())
 
 
 # Turkish case, possessive and copula endings in every vowel-harmony form, as the judge
@@ -847,6 +897,13 @@ def _arabic_match(pred_tok: str, gold_tok: str) -> bool:
 _TR_ENDINGS = frozenset(
     "da de ta te dan den tan ten a e ya ye i yi u yu ü yü in nin un nun ün nün ca ce ça çe "
     "dir dur dür tir tur tür dik ydi ydu ymis la le yla yle ki lar ler si su sü".split()
+)
+
+
+# Finnish case endings (nominative to comitative), as the judge normalises them
+_FI_ENDINGS = frozenset(
+    "n a ä ta tä ssa ssä sta stä lla llä lta ltä lle na nä ksi in iin hin seen sen ten tta ttä "
+    "ine ineen ssaan ssään staan stään llaan llään".split()
 )
 
 
