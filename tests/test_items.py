@@ -956,7 +956,7 @@ def test_numeric_reads_english_by_default():
 
 
 def test_no_distractor_touches_or_shares_the_golds_place():
-    """"of grey" beside the gold "grey stone" (it ends with the gold's first word) and any span
+    """ "of grey" beside the gold "grey stone" (it ends with the gold's first word) and any span
     that shares characters of the gold's occurrence are never options."""
     ctx = (
         "The wall of the old harbour is made of grey stone. Fishermen dry their nets on it, "

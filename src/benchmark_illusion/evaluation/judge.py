@@ -15,9 +15,42 @@ Only the first non-empty line of a prediction is judged (`first_line`), so
 Per gold answer
     exact_match  the token sequences are equal (and not empty);
     f1           SQuAD bag-of-tokens F1 (0.0 when either side has no tokens);
-    contains     the gold's token sequence occurs as a contiguous run of the
-                 prediction's tokens. Token-boundary aware: "1500" does not contain
-                 "5", "It is Paris" contains "Paris", "答案是北京" contains "北京".
+    contains     a match of the gold (below) that stands as a whole entity and is
+                 neither negated nor uncertain. Token-boundary aware: "1500" does not
+                 contain "5", "It is Paris" contains "Paris", "答案是北京" contains "北京".
+
+Matching a gold (`gold_matches`; the resources are in evaluation/language.py)
+    exact       the gold's tokens as a contiguous run of the prediction's tokens;
+    number      the gold with its numbers written the other way: digits as the
+                language's number words ("twelve", "doce", "十二") and number words as
+                digits, 0-100 and the round ones (Chinese and Japanese numerals of any
+                value up to 99 999);
+    inflection  in a language of language.STEMMED, each token an inflected form of the
+                gold's (`language.stems_match`: "В Москве", "بالقاهرة", "Ankaradır");
+    toneless    Vietnamese and Romanian: the whole answer written without diacritics, the
+                gold without them ("Ha Noi" for "Hà Nội").
+    `match` says which (the first of these that found a clean match).
+
+What the answer says (the `whole_entity`, language.negated_at and language.alternative_at
+rules; `negated`, `uncertain`, `longer_entity`)
+    whole entity  in a cased script (not German, whose nouns are all capitalised) a gold
+                  written with a capital is not joined to a capitalised word of its clause,
+                  directly or over a connector ("Paris Hilton", "New York" for York,
+                  "Santiago de Compostela"); a capitalised word that only starts the sentence
+                  counts where it starts names ("New", "San", "Lake"). In Chinese and Thai the
+                  match starts and ends on the word segmenter's breaks ("北京大学" for 北京,
+                  "ทองแดง" for ทอง), numbers with their classifier excepted ("十二个").
+                  longer_entity: the gold's tokens occur, but only inside a longer entity;
+    negated       a negation cue of the language in the gold's clause within
+                  language.NEGATION_WINDOW tokens before it, a copula's negation right after
+                  it, a final "no"/"not" ending its clause or the answer, a Turkish negative
+                  verb after it ("It is not Paris", "Lyon, not Paris", "Ankara değil",
+                  "Santiago, no."). Wrong under every verdict and bound;
+    uncertain     an "or" of the language right after the gold (its clause or the next) with
+                  words behind it that are no option and no gold, or right before it with
+                  such words in front, or a doubt word right before or after it ("Paris or
+                  Lyon", "maybe Paris", "沈允之，也可能是沈周"). Wrong in the verdicts (the lower
+                  bound), right in correct_upper and correct_sentence_upper (the upper one).
 
 `judge` against several golds: exact_match and f1 are the maximum over the golds,
 contains is true if any gold is contained. Golds with no tokens are ignored.
@@ -58,11 +91,19 @@ Restating the question is not naming
 
 hedge (the prediction offers the gold and something else)
     `judge` with `options`: the prediction contains a gold and also names an option that
-    is not a gold ("1432 or 1427" with the options 1427 and 1432, gold 1427). The phrase
+    is not a gold ("1432 or 1427" with the options 1427 and 1432, gold 1427), also with its
+    number written the other way or inflected ("Doce o tres", "وكريم النجار"). The phrase
     set is the options and the golds, so a distractor inside a named gold does not count,
     and neither does one whose every occurrence overlaps the gold as written (the passage
-    span "of grey" in "made of grey stone", gold "grey stone"). In `candidates` such an
-    overlap stays ambiguous: both options are named.
+    span "of grey" in "made of grey stone", gold "grey stone"), nor an option that is a
+    single function word of the language. In `candidates` such an overlap stays ambiguous:
+    both options are named.
+
+rivals (the false-recovery control)
+    `judge(..., rivals=golds)` judges a distractor as if it were the gold: an occurrence of
+    it that overlaps an occurrence of a rival (the item's real gold) is no match, so the
+    decode "made of grey stone" produces the gold "grey stone", not the distractor "of
+    grey".
     In `candidates`: the judged text contains the gold option and names another option.
 
 repeat (degenerate repetition)
@@ -81,17 +122,19 @@ correct_sentence (the sentence-tolerant verdict, beside `correct`)
     A model that answers "The nearest town to Lake Varrow is Brennick." has produced the
     answer, in a sentence instead of the short form; `correct` calls that wrong (too_long),
     so a pruned model that drifts from terse answers to sentences would look as if it had
-    lost them. correct_sentence is true when `correct` is, and also when the judged line
-    - contains a gold (as whole tokens) and is not echo, hedge or repeat (so it names no
-      other option of the item, and does not copy the question);
-    - is one sentence (`sentence_count` == 1): a sentence ends at ".", "!", "?", "…" followed
-      by whitespace and more text, or at "。", "！", "？", "।", "॥", "؟", "۔" followed by more
-      text. A "." after a digit and before a digit ("1.5") or after a word of one to three
-      letters starting with a capital ("Mt.", "St.", "J.") does not end a sentence. Thai
-      writes no sentence punctuation: there the length cap alone bounds the answer;
-    - has at most  Q + G + sentence_slack  tokens (`sentence_too_long` otherwise), where Q is
-      the question's token count and G the longest contained gold's (judge tokens, so CJK
-      and Thai count characters as words). Default slack: 4;
+    lost them. correct_sentence is true when `correct` is, and also when the first
+    sentence of the judged line (`first_sentence`; whatever follows it is not read)
+    - contains a gold (as above) and is not echo, hedge or repeat (so it names no other
+      option of the item, and does not copy the question);
+    - sentences: a sentence ends at ".", "!", "?", "…" followed by whitespace and more text,
+      or at "。", "！", "？", "।", "॥", "؟", "۔" followed by more text. A "." after a digit and
+      before a digit ("1.5") or after a word of one to three letters starting with a capital
+      ("Mt.", "St.", "J.") does not end a sentence. Thai writes no sentence punctuation:
+      there the whole line is the first sentence and the length cap alone bounds it;
+    - has at most  Q + G + sentence_slack  tokens up to the end of the clause that states
+      the gold (`sentence_too_long` otherwise; "Brennick, which has a small harbour" adds to
+      the answer), where Q is the question's token count and G the longest contained gold's
+      (judge tokens, so CJK and Thai count characters as words). Default slack: 4;
     - is not a passage copy around the gold (`sentence_copy`): its whole token sequence
       occurs contiguously in the passage, it has at least G + 2 tokens, and fewer than half
       of its tokens outside the gold occur in the question. Restating the question's words
@@ -104,10 +147,11 @@ correct_sentence (the sentence-tolerant verdict, beside `correct`)
     of evaluation/candidates.py.
 
 What the judge cannot detect: paraphrases and synonyms ("USA" for "United States"),
-correct answers in another script or transliterated ("Moscow" for "Москва"), numbers
-written as words ("twelve" for "12") or in other units or formats ("1.5 km" for "1500 m",
-"3rd of May" for "May 3"), and a wrong answer that happens to contain the gold's tokens
-("not Paris").
+correct answers in another script or transliterated ("Moscow" for "Москва"), numbers in
+other units or formats ("1.5 km" for "1500 m", "3rd of May" for "May 3"), the gold inside a
+longer name in a script without capitals ("جامعة القاهرة"), and a denial by meaning alone
+("open every Monday" for the day it is closed). docs/design.md lists these and the judge's
+scores on its validation sets.
 """
 
 from __future__ import annotations

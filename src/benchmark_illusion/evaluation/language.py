@@ -64,7 +64,7 @@ _CLAUSE_BREAK = frozenset(
     "\u3002\uff0c\uff1b\uff1a\uff01\uff1f\u3001"  # CJK
     "\u060c\u061b\u061f\u06d4"  # Arabic
     "\u0964\u0965"  # Devanagari danda
-    "\u2014\u2013()[]{}\"\u201c\u201d\u00ab\u00bb"  # dashes, brackets, quotes
+    '\u2014\u2013()[]{}"\u201c\u201d\u00ab\u00bb'  # dashes, brackets, quotes
 )
 _DIGIT_SEPARATORS = frozenset(",.\u066b\u066c")
 _SENTENCE_BREAK = frozenset(".!?\u2026\u3002\uff01\uff1f\u0964\u0965\u061f\u06d4")
