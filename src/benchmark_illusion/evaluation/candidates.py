@@ -140,7 +140,15 @@ def judge_candidates(
         )
 
     s = _read(
-        judged, pred, [gold_tokens], lang, question, passage, max_length_factor, max_length_slack
+        judged,
+        pred,
+        [gold_tokens],
+        lang,
+        question,
+        passage,
+        max_length_factor,
+        max_length_slack,
+        option_tokens,
     )
     echo, too_long = (False, False) if bare else (s.echo, s.too_long)
     contained = bool(s.contained) or (bare and label == gold_option)
