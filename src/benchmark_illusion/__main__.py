@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmark_illusion.evaluation.candidates import LABEL_LETTERS, judge_candidates
 from benchmark_illusion.evaluation.judge import judge
-from benchmark_illusion.evaluation.text import first_line, normalize, tokenize
+from benchmark_illusion.evaluation.text import first_line, tokenize
 
 DEFAULT_DB = "results/illusion.duckdb"
 
@@ -194,28 +194,9 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
     else:
         v = judge(args.output, args.gold, args.lang, options=args.option or None, **common)
     result.update(
-        correct=v.correct,
-        exact_match=v.exact_match,
-        f1=v.f1,
-        contains=v.contains,
-        echo=v.echo,
-        too_long=v.too_long,
-        hedge=v.hedge,
-        repeat=v.repeat,
-        options_named=v.options_named,
+        v.log_columns(args.lang),
         pred_option=v.pred_option,
-        correct_sentence=v.correct_sentence,
-        sentences=v.sentences,
-        sentence_too_long=v.sentence_too_long,
-        sentence_copy=v.sentence_copy,
         status=v.status,
-        negated=v.negated,
-        uncertain=v.uncertain,
-        longer_entity=v.longer_entity,
-        match=v.match or None,
-        correct_upper=v.correct_upper,
-        correct_sentence_upper=v.correct_sentence_upper,
-        answer_norm=normalize(v.judged, args.lang),
         judged=v.judged,
         line=first_line(args.output),
     )

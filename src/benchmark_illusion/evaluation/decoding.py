@@ -19,7 +19,6 @@ from benchmark_illusion.evaluation.prompts import (
     prompt_id,
 )
 from benchmark_illusion.evaluation.settings import EvalSettings
-from benchmark_illusion.evaluation.text import normalize
 
 
 class Tokens:
@@ -259,28 +258,7 @@ def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open"
         options = item.get("options")
         options = None if options is None else list(options)
         j = judge(output, list(item["answers"]), lang, options=options, **common)
-    row = dict(
-        correct=j.correct,
-        exact_match=j.exact_match,
-        f1=j.f1,
-        contains=j.contains,
-        echo=j.echo,
-        too_long=j.too_long,
-        hedge=j.hedge,
-        repeat=j.repeat,
-        options_named=j.options_named,
-        answer_norm=normalize(j.judged, lang),
-        correct_sentence=j.correct_sentence,
-        sentences=j.sentences,
-        sentence_too_long=j.sentence_too_long,
-        sentence_copy=j.sentence_copy,
-        negated=j.negated,
-        uncertain=j.uncertain,
-        longer_entity=j.longer_entity,
-        match=j.match or None,
-        correct_upper=j.correct_upper,
-        correct_sentence_upper=j.correct_sentence_upper,
-    )
+    row = j.log_columns(lang)
     if fmt == "candidates":
         row["pred_option"] = j.pred_option
     elif options is not None:

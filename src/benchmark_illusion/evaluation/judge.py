@@ -286,6 +286,31 @@ class Judgement:
     correct_upper: bool = False
     correct_sentence_upper: bool = False
 
+    def log_columns(self, lang: str) -> dict:
+        """The judge's columns of an evaluation log row (docs/logs.md), pred_option aside."""
+        return dict(
+            correct=self.correct,
+            exact_match=self.exact_match,
+            f1=self.f1,
+            contains=self.contains,
+            echo=self.echo,
+            too_long=self.too_long,
+            hedge=self.hedge,
+            repeat=self.repeat,
+            options_named=self.options_named,
+            answer_norm=normalize(self.judged, lang),
+            correct_sentence=self.correct_sentence,
+            sentences=self.sentences,
+            sentence_too_long=self.sentence_too_long,
+            sentence_copy=self.sentence_copy,
+            negated=self.negated,
+            uncertain=self.uncertain,
+            longer_entity=self.longer_entity,
+            match=self.match or None,
+            correct_upper=self.correct_upper,
+            correct_sentence_upper=self.correct_sentence_upper,
+        )
+
     @property
     def status(self) -> str:
         """'correct', 'correct_sentence', 'negated', 'uncertain' or 'wrong' (the sentence-tolerant
