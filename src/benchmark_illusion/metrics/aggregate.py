@@ -86,40 +86,43 @@ def create_views(
             "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
             f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
         )
-    con.execute(
-        "CREATE OR REPLACE TABLE item_drops "
-        "(dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT)"
+    reports = item_reports or []
+    _table(
+        con,
+        "item_drops",
+        "dataset VARCHAR, lang VARCHAR, reason VARCHAR, n BIGINT",
+        [r for path in reports for r in item_drop_rows(path)],
     )
-    rows = [r for path in item_reports or [] for r in item_drop_rows(path)]
-    if rows:
-        con.executemany("INSERT INTO item_drops VALUES (?, ?, ?, ?)", rows)
-    con.execute(
-        "CREATE OR REPLACE TABLE option_quality (dataset VARCHAR, lang VARCHAR, "
-        "source VARCHAR, kind VARCHAR, n_options BIGINT, n_function_edge BIGINT)"
+    _table(
+        con,
+        "option_quality",
+        "dataset VARCHAR, lang VARCHAR, source VARCHAR, kind VARCHAR, n_options BIGINT, "
+        "n_function_edge BIGINT",
+        [r for path in reports for r in option_quality_rows(path)],
     )
-    rows = [r for path in item_reports or [] for r in option_quality_rows(path)]
-    if rows:
-        con.executemany("INSERT INTO option_quality VALUES (?, ?, ?, ?, ?, ?)", rows)
-    con.execute(
-        "CREATE OR REPLACE TABLE perturbations (model VARCHAR, method VARCHAR, "
-        "structure VARCHAR, sparsity DOUBLE, seed BIGINT, source_method VARCHAR, "
-        "relative_change DOUBLE, source_relative_change DOUBLE, n_perturbed BIGINT)"
+    _table(
+        con,
+        "perturbations",
+        "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, seed BIGINT, "
+        "source_method VARCHAR, relative_change DOUBLE, source_relative_change DOUBLE, "
+        "n_perturbed BIGINT",
+        perturbation.report_rows(perturbation_reports or []),
     )
-    rows = perturbation.report_rows(perturbation_reports or [])
-    if rows:
-        con.executemany("INSERT INTO perturbations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-    con.execute(
-        "CREATE OR REPLACE TABLE model_sources (model VARCHAR, source VARCHAR, "
-        "weight_type VARCHAR, bits_per_weight DOUBLE)"
+    _table(
+        con,
+        "model_sources",
+        "model VARCHAR, source VARCHAR, weight_type VARCHAR, bits_per_weight DOUBLE",
+        [model_source_row(m, cfg) for m, cfg in sorted((model_sources or {}).items())],
     )
-    rows = [model_source_row(m, cfg) for m, cfg in sorted((model_sources or {}).items())]
-    if rows:
-        con.executemany("INSERT INTO model_sources VALUES (?, ?, ?, ?)", rows)
-    con.execute(f"CREATE OR REPLACE TABLE variants ({variants.VARIANTS_TABLE})")
-    rows = variants.report_rows(variant_reports or [])
+    _table(con, "variants", variants.VARIANTS_TABLE, variants.report_rows(variant_reports or []))
+
+
+def _table(con, name: str, columns: str, rows: list[tuple]) -> None:
+    """Create (or replace) table `name` with `columns` (DDL) and insert `rows`."""
+    con.execute(f"CREATE OR REPLACE TABLE {name} ({columns})")
     if rows:
         marks = ", ".join("?" * len(rows[0]))
-        con.executemany(f"INSERT INTO variants VALUES ({marks})", rows)
+        con.executemany(f"INSERT INTO {name} VALUES ({marks})", rows)
 
 
 def model_source_row(model: str, cfg: dict) -> tuple:
