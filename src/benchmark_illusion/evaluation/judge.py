@@ -483,7 +483,6 @@ class Scores:
     exact_match: bool
     f1: float
     contained: list[list[str]]
-    reference: int
     too_long: bool
     echo: bool
     negated: bool
@@ -559,7 +558,6 @@ def _read(
         exact_match=any(pred == g for g in gold_tokens),
         f1=max(_f1(pred, g) for g in gold_tokens),
         contained=contained,
-        reference=reference,
         too_long=too_long,
         echo=echo,
         negated=negated_any and not clean and not alternative,

@@ -255,8 +255,6 @@ def function_edge(text: str, lang: str) -> bool:
 # ---------------------------------------------------------------------------
 # Word breaks in scripts without spaces
 
-SEGMENTED = ("zh", "th")
-
 
 @functools.lru_cache(maxsize=4096)
 def word_breaks(text: str, lang: str) -> frozenset[int] | None:
