@@ -153,28 +153,24 @@ def test_matrix_intervals_equal_the_sql_join(tmp_path, level):
     key = "population, model, method, structure, sparsity, dataset, lang, metric"
     sql = JOIN_INTERVALS.format(lo=(1 - level) / 2, hi=(1 + level) / 2)
     want = {r[:8]: r[8:] for r in con.execute(sql).fetchall()}
+    # rate_intervals: the bootstrap of every rate, whichever interval `rates` shows
     got = {
         r[:8]: r[8:]
         for r in con.execute(
-            f"SELECT {key}, n_boot, ci_low, ci_high FROM rates "
-            "WHERE n_boot > 0 AND ci_method = 'bootstrap'"
+            f"SELECT {key}, n_boot, ci_low, ci_high FROM rate_intervals WHERE n_boot > 0"
         ).fetchall()
     }
-    # the rest are 0/n or n/n rates, which get an exact interval instead (25_rates.sql)
-    exact = {
-        r[:8]
-        for r in con.execute(
-            f"SELECT {key} FROM rates WHERE n_boot > 0 AND ci_method = 'exact' "
-            "AND (total = 0 OR total = n_items)"
-        ).fetchall()
-    }
-    assert len(got) > 100 and set(got) | exact == set(want) and not set(got) & exact
+    assert len(got) > 100 and set(got) == set(want)
     assert any(k[5] == "all" for k in got) and any(v[0] < 300 for v in want.values())
     for k, (n_boot, lo, hi) in want.items():
-        if k in exact:
-            assert lo == hi, k  # a constant rate: the bootstrap collapses to a point
-            continue
         assert got[k] == (n_boot, pytest.approx(lo, abs=1e-12), pytest.approx(hi, abs=1e-12)), k
+    # `rates` shows it where ci_method = 'bootstrap' (the rescaled rates and the shares frecm_*)
+    shown = con.execute(
+        f"SELECT {key}, n_boot, ci_low, ci_high FROM rates WHERE ci_method = 'bootstrap'"
+    ).fetchall()
+    assert len(shown) > 10 and any("guess_adj" in r[7] for r in shown)
+    for r in shown:
+        assert r[8:] == got[r[:8]], r[:8]
 
 
 def test_row_quantiles_equal_duckdbs_quantile_cont_on_short_and_empty_rows():

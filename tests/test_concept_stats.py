@@ -186,11 +186,12 @@ OR abs(a.accuracy - p.acc) > 1e-12)""").fetchall()[0][0]
 
 def test_the_intervals_reuse_the_metric_bootstrap(con):
     # concept 2 sits on every es item with one weight: its drop is es's drop on every resample, so
-    # its interval is the rates table's (same bootstrap_weights, same percentile rule)
+    # its interval is the rates' bootstrap (rate_intervals: same bootstrap_weights, same
+    # percentile rule; `rates` shows Bonett-Price's for a drop)
     rates = {
         r[0]: r[1:]
-        for r in con.execute("""SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w'
-                    AND lang = 'es' AND metric = 'drop_open' \
+        for r in con.execute("""SELECT metric, ci_low, ci_high FROM rate_intervals
+                    WHERE method = 'w' AND lang = 'es' AND metric = 'drop_open' \
 AND population = 'selected'""").fetchall()
     }
     d = damage(con, "es")[2]

@@ -22,9 +22,11 @@ from benchmark_illusion.metrics.aggregate import (
     run_sql_files,
     split_report_files,
 )
+from benchmark_illusion.metrics.exact import bonett_price, newcombe_difference, z_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
+Z95 = z_of(0.95)  # the normal quantile of the default 95% intervals
 
 
 def row(
@@ -561,11 +563,11 @@ def test_accuracy_by_distractor_source_by_hand(tmp_path):
         "SELECT accuracy, ci_low, ci_high FROM accuracy_by_distractor_source"
     ).fetchall():
         assert lo <= acc + 1e-12 and acc <= hi + 1e-12
-    # a group whose 2 items are all right gets the exact (Clopper-Pearson) interval for 2 of 2
+    # a group whose 2 items are all right: the Wilson interval of 2 of 2, [2 / (2 + z^2), 1]
     assert con.execute(
         "SELECT ci_low, ci_high FROM accuracy_by_distractor_source WHERE method = 'dense' "
         "AND lang = 'en' AND distractors_in_passage AND format = 'mc'"
-    ).fetchone() == (pytest.approx(0.025 ** (1 / 2)), 1.0)
+    ).fetchone() == (pytest.approx(2 / (2 + Z95**2)), 1.0)
 
 
 def test_accuracy_by_distractor_source_without_the_item_column(db):
@@ -647,10 +649,14 @@ def test_bootstrap_weights_resample_each_benchmark(db):
 
 
 def test_intervals_equal_an_independent_percentile_bootstrap(db):
-    """Recompute the interval of two rates from the stored resamples with numpy."""
-    for metric, items in (
-        ("acc_candidates", {"i1": 1.0, "i2": 0.0, "i3": 0.0, "i4": 1.0}),
-        ("rec_beam_any", {"i1": 1.0, "i2": 0.0}),
+    """Recompute the bootstrap interval of three rates from the stored resamples with numpy:
+    rate_intervals holds it for every rate (two proportions here), rates shows it for the
+    rescaled mc_only_guess_adj (ci_method 'bootstrap')."""
+    for table, metric, items in (
+        ("rate_intervals", "acc_candidates", {"i1": 1.0, "i2": 0.0, "i3": 0.0, "i4": 1.0}),
+        ("rate_intervals", "rec_beam_any", {"i1": 1.0, "i2": 0.0}),
+        # mc_only [1,1,0,0] - (1 - open [0,0,0,1]) / 4
+        ("rates", "mc_only_guess_adj", {"i1": 0.75, "i2": 0.75, "i3": -0.25, "i4": 0.0}),
     ):
         draws: dict[int, list] = {}
         for b, item, w in db.execute(
@@ -661,39 +667,48 @@ def test_intervals_equal_an_independent_percentile_bootstrap(db):
         reps = [sum(w * items[i] for i, w in d) / sum(w for _, w in d) for d in draws.values()]
         lo, hi = np.percentile(reps, [2.5, 97.5])  # linear interpolation, as quantile_cont
         got = db.execute(
-            "SELECT ci_low, ci_high, n_boot FROM rates "
-            "WHERE method = 'w' AND lang = 'en' AND metric = ?",
+            f"SELECT ci_low, ci_high, n_boot FROM {table} "
+            "WHERE method = 'w' AND lang = 'en' AND metric = ? AND population = 'selected'",
             [metric],
         ).fetchone()
         assert got == (pytest.approx(lo), pytest.approx(hi), len(reps))
+    assert db.execute(
+        "SELECT ci_method FROM rates WHERE method = 'w' AND lang = 'en' "
+        "AND metric = 'mc_only_guess_adj'"
+    ).fetchone() == ("bootstrap",)
 
 
-def test_intervals_contain_the_rate_and_collapse_on_constant_values(db):
+def test_intervals_contain_the_rate_and_are_not_points_on_constant_values(db):
     bad = db.execute(
         "SELECT metric, value, ci_low, ci_high FROM rates "
         "WHERE NOT (ci_low <= value + 1e-12 AND value <= ci_high + 1e-12)"
     ).fetchall()
     assert bad == []
-    # every MC-only item's gold rank is > 1: 0 of the 2 ranked items, so every resample gives 0
-    # and the interval is the exact Clopper-Pearson one, [0, 1 - 0.025^(1/2)]
+    # every MC-only item's gold rank is > 1: 0 of the 2 ranked items, where every resample gives
+    # 0; a proportion, it gets the Wilson interval of 0 of 2, [0, z^2 / (2 + z^2)]
     assert db.execute(
         "SELECT n_items, ci_low, ci_high, ci_method FROM rates WHERE metric = 'top1_mc_only'"
-    ).fetchone() == (2, 0.0, pytest.approx(1 - 0.025 ** (1 / 2)), "exact")
-    # a paired difference that is 0 on every item: +/- the same bound (no discordant item of n);
-    # the dense row's drops (its noise floor) are 0 on the 4 items
-    lo, hi, method = db.execute(
+    ).fetchone() == (2, 0.0, pytest.approx(Z95**2 / (2 + Z95**2)), "wilson")
+    # a paired difference that is 0 on every item (the dense row's drops, its noise floor, on
+    # the 4 items): Bonett-Price with no discordant pair, p12 = p21 = 1/6, +/- z sqrt((1/3) / 6)
+    half = Z95 * math.sqrt((1 / 3) / 6)
+    assert db.execute(
         "SELECT ci_low, ci_high, ci_method FROM rates WHERE metric = 'drop_mc' "
         "AND method = 'dense' AND lang = 'en'"
-    ).fetchone()
-    assert (lo, hi, method) == (
-        pytest.approx(-(1 - 0.025**0.25)),
-        pytest.approx(1 - 0.025**0.25),
-        "exact",
-    )
-    # a rate strictly between 0 and 1 keeps its bootstrap interval
-    assert db.execute(
-        "SELECT DISTINCT ci_method FROM rates WHERE metric = 'mc_only' AND method = 'w'"
-    ).fetchall() == [("bootstrap",)]
+    ).fetchone() == (pytest.approx(-half), pytest.approx(half), "bonett_price")
+    # the kinds of rate: proportions, differences, rescaled
+    assert dict(
+        db.execute(
+            "SELECT metric, any_value(ci_method) FROM rates "
+            "WHERE metric IN ('mc_only', 'acc_open', 'delta_pr', 'mc_only_guess_adj') "
+            "GROUP BY metric HAVING count(DISTINCT ci_method) = 1"
+        ).fetchall()
+    ) == {
+        "mc_only": "wilson",
+        "acc_open": "wilson",
+        "delta_pr": "bonett_price",
+        "mc_only_guess_adj": "bootstrap",
+    }
 
 
 def test_intervals_are_seeded(tmp_path):
@@ -707,13 +722,20 @@ def test_intervals_are_seeded(tmp_path):
             seed=seed,
             bootstrap_replicates=200,
         )
-        return con.execute(
-            "SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w' ORDER BY ALL"
+        boot = con.execute(
+            "SELECT metric, ci_low, ci_high FROM rate_intervals WHERE method = 'w' ORDER BY ALL"
         ).fetchall()
+        closed = con.execute(
+            "SELECT metric, ci_low, ci_high FROM rates WHERE method = 'w' "
+            "AND ci_method IN ('wilson', 'bonett_price') ORDER BY ALL"
+        ).fetchall()
+        return boot, closed
 
     first = ci(1, "a")
     assert first == ci(1, "b")
-    assert first != ci(2, "c")
+    other = ci(2, "c")
+    # the bootstrap's intervals change with the seed; the closed-form ones do not
+    assert first[0] != other[0] and first[1] == other[1] and first[1]
 
 
 def test_interval_width_matches_the_binomial_standard_error(tmp_path):
@@ -739,31 +761,31 @@ def test_interval_width_matches_the_binomial_standard_error(tmp_path):
 
 
 def test_paired_drop_interval_is_narrower_than_unpaired(tmp_path):
-    """The drop is resampled per item: items right in both checkpoints add no variance."""
+    """The drop is a paired difference (Bonett-Price on the discordant items): items right in
+    both checkpoints add no variance, so it is narrower than the interval of the difference of
+    the two accuracies as if independent (Newcombe's)."""
     ids = [f"q{i:03d}" for i in range(200)]
-    # the pruned checkpoint loses exactly 20 of 200 items in open
+    # the dense model is right on 180 items in open; the pruned checkpoint loses 20 of them and
+    # gains none: 20 discordant items, one way
     rows = [
         r
         for k, i in enumerate(ids)
         for r in (
-            row("dense", i, "open", True),
+            row("dense", i, "open", k >= 20),
             row("dense", i, "mc", True),
-            row("w", i, "open", k >= 20),
+            row("w", i, "open", k >= 40),
             row("w", i, "mc", True),
         )
     ]
-    con = build(tmp_path, rows, {"en": ids})
+    con = build(tmp_path, rows, {"en": ids}, bootstrap_replicates=10)
     drop, lo, hi = con.execute(
         "SELECT drop, ci_low, ci_high FROM support_gradient WHERE format = 'open' AND method = 'w'"
     ).fetchone()
-    acc_lo, acc_hi = con.execute(
-        "SELECT ci_low, ci_high FROM accuracy WHERE method = 'w' AND format = 'open' "
-        "AND lang = 'en'"
-    ).fetchone()
     assert drop == pytest.approx(0.1)
+    assert (lo, hi) == tuple(pytest.approx(x) for x in bonett_price(20, 0, 200))
     assert lo > 0.05 and hi < 0.15
-    # with a dense accuracy of exactly 1, the paired drop interval mirrors the accuracy interval
-    assert (lo, hi) == (pytest.approx(1 - acc_hi), pytest.approx(1 - acc_lo))
+    unpaired = newcombe_difference(180, 200, 160, 200)
+    assert unpaired[0] < lo and hi < unpaired[1]
 
 
 # --- edge cases -----------------------------------------------------------------------------------
@@ -780,7 +802,7 @@ def test_zero_mc_only_items(tmp_path):
     assert con.execute(
         "SELECT n_mc_only, mc_only_rate, mc_only_ci_low, mc_only_ci_high, n_demoted, n_erased "
         "FROM mc_only WHERE method = 'w' AND lang = 'en'"
-    ).fetchone() == (0, 0.0, 0.0, 0.975, 0, 0)  # 0 of 1: the exact interval [0, 1 - 0.025]
+    ).fetchone() == (0, 0.0, 0.0, pytest.approx(Z95**2 / (1 + Z95**2)), 0, 0)  # Wilson, 0 of 1
     assert con.execute("SELECT count(*) FROM recovery").fetchone() == (0,)
     assert con.execute("SELECT count(*) FROM gold_rank_cdf").fetchone() == (0,)
     assert con.execute(
@@ -1276,12 +1298,50 @@ def test_gold_rank_by_lang_and_mc_margin(db):
     )
     # the same medians as gold_rank's item groups, side by side in one row per language
     assert got == (want["mc_only"], want["open_correct"], want["dense_failed"], 1.0)
-    # one language: the pooled row, weighted by MC-only items per language, is that language's
+    # one language: the pooled row, over the pooled items, is that language's
     pooled = db.execute(
         "SELECT mc_only_median_rank, open_correct_median_rank, dense_failed_median_rank "
         "FROM gold_rank_by_lang WHERE method = 'w' AND lang = 'all'"
     ).fetchone()
     assert pooled == got[:3]
+
+
+def test_gold_rank_by_lang_pools_the_items_of_every_language(tmp_path):
+    """The pooled row's medians are over the pooled items, as gold_rank's: en's MC-only ranks
+    3 and 40 (median 21.5), de's 3 and 100 (median 51.5); pooled 3, 3, 40, 100: median 21.5
+    (a mean of the two medians, 36.5, would not be a median of any items)."""
+
+    def de(r):
+        r = dict(r, lang="de", item_id=r["item_id"] + "de")
+        if r["item_id"] == "i2de" and r["gold_rank"] == 40:
+            r["gold_rank"] = 100
+        return r
+
+    ids = ["i1", "i2", "i3", "i4"]
+    con = build(
+        tmp_path,
+        DENSE + PRUNED + [de(r) for r in DENSE + PRUNED],
+        {"en": ids, "de": [i + "de" for i in ids]},
+        POOL + [de(r) for r in POOL],
+        bootstrap_replicates=10,
+    )
+    got = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT lang, n_mc_only, mc_only_median_rank, n_dense_failed, "
+            "dense_failed_median_rank FROM gold_rank_by_lang WHERE method = 'w'"
+        ).fetchall()
+    }
+    # the dense model's failed pool items: ranks 12 and 2 per language (i6 has no rank)
+    assert got == {
+        "en": (2, 21.5, 3, 7.0),
+        "de": (2, 51.5, 3, 7.0),
+        "all": (4, 21.5, 6, 7.0),
+    }
+    assert con.execute(
+        "SELECT median FROM gold_rank WHERE method = 'w' AND lang = 'all' "
+        "AND item_group = 'mc_only'"
+    ).fetchone() == (21.5,)
 
 
 def test_option_kinds_in_several_scripts_and_candidates_kinds(tmp_path):
@@ -1317,8 +1377,8 @@ def test_option_kinds_in_several_scripts_and_candidates_kinds(tmp_path):
 
 
 def test_compare_is_the_paired_difference_on_the_same_resamples(tmp_path, db, monkeypatch, capsys):
-    """w minus dense on acc_mc is minus drop_mc (dense minus w, per item, same items and the
-    same resamples): the same value and the mirrored interval."""
+    """w minus dense on acc_mc is minus drop_mc (dense minus w, per item, same items): the same
+    value and the mirrored interval, Bonett-Price's on the discordant items as in rates."""
     file_db = _file_db(db, tmp_path)
     got = _cli_csv(
         file_db,
@@ -1341,10 +1401,23 @@ def test_compare_is_the_paired_difference_on_the_same_resamples(tmp_path, db, mo
         n, value, lo, hi = drop[r["lang"]]
         assert r["n_items"] == n and r["difference"] == pytest.approx(-value)
         assert (r["ci_low"], r["ci_high"]) == (pytest.approx(-hi), pytest.approx(-lo))
-        assert r["ci_method"] == "bootstrap"
-    # a checkpoint against itself: 0 on every item, the exact bound for 4 items
+        assert r["ci_method"] == "bonett_price"
+    # a checkpoint against itself: 0 on every item; a proportion (the default sent_mc_only) gets
+    # Bonett-Price with no discordant pair, a rescaled rate the exact bound for 4 items
     same = _cli_csv(
         file_db, monkeypatch, capsys, "compare", "w/unstructured/0.5", "w/unstructured/0.5"
+    )
+    assert set(same["ci_method"]) == {"bonett_price"}
+    assert same["ci_high"].to_list() == pytest.approx([Z95 * math.sqrt((1 / 3) / 6)] * 2)
+    same = _cli_csv(
+        file_db,
+        monkeypatch,
+        capsys,
+        "compare",
+        "w/unstructured/0.5",
+        "w/unstructured/0.5",
+        "--metric",
+        "mc_only_guess_adj",
     )
     bound = 1 - 0.025**0.25
     assert set(same["ci_method"]) == {"exact"}

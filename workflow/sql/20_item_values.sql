@@ -1,7 +1,8 @@
 -- The per-item values of every rate the pipeline reports, and the units of its bootstrap.
--- Definitions: docs/metrics.md. The rates and their seeded percentile-bootstrap intervals over
--- items follow in 25_rates.sql; between the two files the aggregation draws the resamples
--- (bootstrap_weights) and computes the intervals (rate_intervals) in numpy
+-- Definitions: docs/metrics.md. The rates and their intervals follow in 25_rates.sql (Wilson's
+-- for proportions, Bonett-Price's for paired differences, the seeded percentile bootstrap over
+-- items for the rest); between the two files the aggregation draws the resamples
+-- (bootstrap_weights) and computes the bootstrap intervals (rate_intervals) in numpy
 -- (benchmark_illusion.metrics.bootstrap, aggregate.PYTHON_STEPS).
 --
 -- The resampling unit is the item. One resample of a benchmark (model x dataset x language) is

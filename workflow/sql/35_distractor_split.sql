@@ -5,10 +5,9 @@
 -- the answer; a higher accuracy on the items where it cannot (distractors_in_passage = true)
 -- would be that shortcut. One row per checkpoint x benchmark x distractors_in_passage x format
 -- present, plus pooled rows (dataset = 'all', lang = 'all'). accuracy = mean of the per-item
--- correctness (mc: acc, candidates: contained answer) over the group's items, with a percentile
--- bootstrap interval from the same item resamples as `rates` (they are the rates dsrc_<format>_
--- {in_passage, not_in_passage, unknown} of item_values: the resample of a benchmark restricted
--- to the group's items; replicates that drew none of them are skipped). distractors_in_passage
+-- correctness (mc: acc, candidates: contained answer) over the group's items, with its interval
+-- from `rates` (they are the rates dsrc_<format>_{in_passage, not_in_passage, unknown} of
+-- item_values, proportions: the Wilson interval of the group's count). distractors_in_passage
 -- is NULL for item files written before the column existed.
 CREATE OR REPLACE TABLE accuracy_by_distractor_source AS
 SELECT r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang,

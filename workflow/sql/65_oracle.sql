@@ -7,7 +7,7 @@
 --            Wen et al.'s number; it needs evaluation.recovery.scope 'all' (a narrower scope
 --            decodes some items only, and `oracle` is then NULL for the undecoded wrong ones)
 --   dense_accuracy, drop  the dense model's accuracy under the same decode, and the drop
---            (dense minus checkpoint, paired per item, 95% bootstrap interval); NULL on the dense
+--            (dense minus checkpoint, paired per item, Bonett-Price interval); NULL on the dense
 --            row, whose own noise floor is in support_gradient and mc_only
 -- accuracy_sentence, drop_sentence (greedy and oracle rows): the same under the
 --            sentence-tolerant verdict

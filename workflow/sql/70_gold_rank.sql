@@ -9,7 +9,7 @@
 -- character, as for most CJK, Indic, Thai and Greek golds under a byte-level BPE) have no rank
 -- here: they are counted in n_partial and left out of n_items, the quantiles and the top-k shares.
 -- median, q25, q75 of the rank (interpolated medians: 3.5 can appear); top1/top5/top10 = share of
--- items whose gold rank is <= 1/5/10, with 95% bootstrap intervals from `rates` (metrics
+-- items whose gold rank is <= 1/5/10, with their Wilson intervals from `rates` (metrics
 -- top<k>_<item_group>; population 'pool' for dense_failed, 'selected' for the others).
 -- median_logprob_answer: the median teacher-forced log-prob of the whole gold, every item (no split).
 CREATE OR REPLACE TABLE gold_rank AS
@@ -93,13 +93,15 @@ ORDER BY model, method, structure, sparsity, dataset, lang, series, gold_rank;
 -- gold_rank_by_lang: the item groups of gold_rank compared within each language, per checkpoint x
 -- benchmark: the median gold rank and the median mc margin (gold minus best distractor, mc
 -- log-likelihood) of its MC-only and open-correct items beside the dense model's dense_failed
--- pool items of the same language. Pooled over languages, the dense_failed items are mostly of
--- the languages the model answers worst, so a pooled comparison mixes languages: the pooled row
--- (dataset = lang = 'all') gives each group's medians averaged over the benchmarks, weighted by
--- the checkpoint's MC-only items in each (the language mix of the MC-only items).
+-- pool items of the same language. The pooled row (dataset = lang = 'all') takes each median
+-- over the pooled items of every benchmark, as gold_rank's pooled rows do. Pooled over
+-- languages, the dense_failed items are mostly of the languages the model answers worst, so the
+-- pooled row compares languages as well as item groups: read the per-language rows for the
+-- comparison of the groups.
 CREATE OR REPLACE TABLE gold_rank_by_lang AS
 WITH sel AS (
-    SELECT model, method, structure, sparsity, dataset, lang,
+    SELECT model, method, structure, sparsity,
+           coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
            count(*) FILTER (WHERE mc_only) AS n_mc_only,
            quantile_cont(gold_rank, 0.5) FILTER (WHERE mc_only)      AS mc_only_median_rank,
            quantile_cont(mc_margin, 0.5) FILTER (WHERE mc_only)      AS mc_only_median_margin,
@@ -107,10 +109,12 @@ WITH sel AS (
            quantile_cont(gold_rank, 0.5) FILTER (WHERE open_correct) AS open_correct_median_rank,
            quantile_cont(mc_margin, 0.5) FILTER (WHERE open_correct) AS open_correct_median_margin
     FROM item_outcomes
-    GROUP BY ALL
+    GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang),
+                            (model, method, structure, sparsity))
 ),
 failed AS (
-    SELECT model, dataset, lang, count(*) AS n_dense_failed,
+    SELECT model, coalesce(dataset, 'all') AS dataset, coalesce(lang, 'all') AS lang,
+           count(*) AS n_dense_failed,
            quantile_cont(gold_rank, 0.5) AS dense_failed_median_rank,
            quantile_cont(margin, 0.5)    AS dense_failed_median_margin
     FROM (
@@ -122,24 +126,8 @@ failed AS (
         GROUP BY ALL
         HAVING NOT bool_or(correct) FILTER (WHERE format = 'open' AND decode = 'greedy')
     )
-    GROUP BY ALL
-),
-per_lang AS (
-    SELECT s.*, f.n_dense_failed, f.dense_failed_median_rank, f.dense_failed_median_margin
-    FROM sel s LEFT JOIN failed f USING (model, dataset, lang)
+    GROUP BY GROUPING SETS ((model, dataset, lang), (model))
 )
-SELECT * FROM per_lang
-UNION ALL
-SELECT model, method, structure, sparsity, 'all', 'all',
-       sum(n_mc_only)::BIGINT,
-       sum(n_mc_only * mc_only_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE mc_only_median_rank IS NOT NULL), 0),
-       sum(n_mc_only * mc_only_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE mc_only_median_margin IS NOT NULL), 0),
-       sum(n_open_correct)::BIGINT,
-       sum(n_mc_only * open_correct_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE open_correct_median_rank IS NOT NULL), 0),
-       sum(n_mc_only * open_correct_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE open_correct_median_margin IS NOT NULL), 0),
-       sum(n_dense_failed)::BIGINT,
-       sum(n_mc_only * dense_failed_median_rank) / nullif(sum(n_mc_only) FILTER (WHERE dense_failed_median_rank IS NOT NULL), 0),
-       sum(n_mc_only * dense_failed_median_margin) / nullif(sum(n_mc_only) FILTER (WHERE dense_failed_median_margin IS NOT NULL), 0)
-FROM per_lang
-GROUP BY model, method, structure, sparsity
+SELECT s.*, f.n_dense_failed, f.dense_failed_median_rank, f.dense_failed_median_margin
+FROM sel s LEFT JOIN failed f USING (model, dataset, lang)
 ORDER BY ALL;

@@ -18,7 +18,7 @@ import duckdb
 
 from benchmark_illusion.compression import perturbation
 from benchmark_illusion.io import parquet_list
-from benchmark_illusion.metrics import bootstrap, dbfile
+from benchmark_illusion.metrics import bootstrap, dbfile, exact
 from benchmark_illusion.models import variants
 
 log = logging.getLogger("benchmark_illusion")
@@ -217,7 +217,8 @@ def run_sql_files(
     con: duckdb.DuckDBPyConnection, sql_files: list[str], settings: MetricSettings | None = None
 ) -> None:
     """Run the metric files with their parameters: bootstrap_seed, bootstrap_replicates,
-    ci_level."""
+    ci_level, and ci_z (the two-sided normal quantile of ci_level, for the closed-form
+    intervals of 25_rates.sql: exact.z_of)."""
 
     s = settings or MetricSettings()
     if s.bootstrap_replicates < 1 or not 0 < s.ci_level < 1:
@@ -231,6 +232,7 @@ def run_sql_files(
             "bootstrap_seed": int(s.seed),
             "bootstrap_replicates": int(s.bootstrap_replicates),
             "ci_level": float(s.ci_level),
+            "ci_z": exact.z_of(float(s.ci_level)),
         },
     )
 

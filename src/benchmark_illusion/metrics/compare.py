@@ -2,22 +2,32 @@
 benchmark_illusion compare`): RTN against GPTQ at 4 bits, Wanda against SparseGPT at 50%.
 
 The difference of two rates is the mean of a per-item difference over the items both
-checkpoints have a value for (item_values), and its interval comes from the same item resamples
-as every rate (bootstrap_benchmarks, `bootstrap.draw_counts`): a paired interval, much narrower
-than two overlapping intervals suggest when the checkpoints agree on most items. Pooled rows
-(dataset = lang = 'all') resample each benchmark separately, as `rates` does. A difference that
-is 0 on every item gets the exact bound of 25_rates.sql instead of the bootstrap's point.
+checkpoints have a value for (item_values), with a paired interval: much narrower than two
+overlapping intervals suggest when the checkpoints agree on most items. As in `rates`
+(25_rates.sql), a difference of two proportions (every value of both checkpoints 0 or 1, so
+every per-item difference -1, 0 or 1) gets the Bonett-Price interval of its discordant counts
+(`exact.bonett_price`, ci_method 'bonett_price'). Any other metric (the rescaled *_guess_adj
+and *_chance_adj, the differences drop_* and delta_pr, shares) gets the percentile bootstrap on
+the same item resamples as every rate (bootstrap_benchmarks, `bootstrap.draw_counts`; pooled
+rows, dataset = lang = 'all', resample each benchmark separately), and a bootstrap difference
+that is 0 on every item the exact bound of 25_rates.sql instead of the bootstrap's point.
 """
 
 from __future__ import annotations
+
+import re
 
 import duckdb
 import numpy as np
 import polars as pl
 
+from benchmark_illusion.metrics import exact
 from benchmark_illusion.metrics.bootstrap import _intervals, benchmark_counts
 
 CHECKPOINT_KEYS = ("method", "structure", "sparsity")
+# metrics that are never a proportion, whatever their values: the rescaled ones and the paired
+# differences (the regexps of 25_rates.sql)
+NOT_PROPORTIONS = re.compile(r"guess_adj|chance_adj|(^|_)(drop|odrop|crec)_|delta_pr")
 
 
 def parse_checkpoint(text: str) -> dict:
@@ -60,6 +70,9 @@ def paired_difference(
     va, vb = _values(con, model, metric, a), _values(con, model, metric, b)
     both = va.join(vb, on=["dataset", "lang", "item_id", "idx"], suffix="_b")
     probs = ((1 - ci_level) / 2, (1 + ci_level) / 2)
+    proportions = not NOT_PROPORTIONS.search(metric) and bool(
+        both["value"].is_in([0.0, 1.0]).all() and both["value_b"].is_in([0.0, 1.0]).all()
+    )
     counts = benchmark_counts(con, "selected", model)
     rows, pooled_s, pooled_n, pooled_d = [], None, None, []
     for (dataset, lang), part in both.sort("dataset", "lang").group_by(
@@ -75,9 +88,13 @@ def paired_difference(
         pooled_s = sums if pooled_s is None else pooled_s + sums
         pooled_n = dens if pooled_n is None else pooled_n + dens
         pooled_d.append(part)
-        rows.append(_row(dataset, lang, part, sums, dens, probs, ci_level))
+        rows.append(_row(dataset, lang, part, sums, dens, probs, ci_level, proportions))
     if pooled_d:
-        rows.append(_row("all", "all", pl.concat(pooled_d), pooled_s, pooled_n, probs, ci_level))
+        rows.append(
+            _row(
+                "all", "all", pl.concat(pooled_d), pooled_s, pooled_n, probs, ci_level, proportions
+            )
+        )
     return pl.DataFrame(
         rows,
         schema={
@@ -95,10 +112,13 @@ def paired_difference(
     )
 
 
-def _row(dataset, lang, part, sums, dens, probs, ci_level) -> tuple:
+def _row(dataset, lang, part, sums, dens, probs, ci_level, proportions) -> tuple:
     d = (part["value"] - part["value_b"]).to_numpy()
     n = len(d)
-    if n and not d.any():
+    if n and proportions:
+        lo, hi = exact.bonett_price(int((d == 1).sum()), int((d == -1).sum()), n, ci_level)
+        method = "bonett_price"
+    elif n and not d.any():
         bound = 1 - ((1 - ci_level) / 2) ** (1 / n)
         lo, hi, method = -bound, bound, "exact"
     else:
