@@ -33,11 +33,33 @@ def test_windows_are_seeded_and_sized(bundled_tokenizer):
     assert len({tuple(r) for r in a.tolist()}) == 5
 
 
+def test_the_damage_text_is_no_calibration_window_of_any_replicate(bundled_tokenizer):
+    docs = [
+        f"Document number {i} talks about the river {i * 7} and its bridges." for i in range(60)
+    ]
+    kw = dict(seed=3, damage_windows=4)
+    held = make_windows(docs, bundled_tokenizer, 5, 16, role="damage", **kw)
+    assert tuple(held.shape) == (4, 16)
+    held_rows = {tuple(r) for r in held.tolist()}
+    draws = [make_windows(docs, bundled_tokenizer, 5, 16, draw_seed=s, **kw) for s in (3, 8, 9)]
+    for d in draws:
+        assert not held_rows & {tuple(r) for r in d.tolist()}
+    # replicates draw other windows of the same stream; the same seed draws the same ones
+    assert not draws[1].equal(draws[2])
+    assert draws[0].equal(make_windows(docs, bundled_tokenizer, 5, 16, draw_seed=3, **kw))
+    # the damage text does not depend on the replicate's seed
+    assert held.equal(
+        make_windows(docs, bundled_tokenizer, 5, 16, role="damage", draw_seed=9, **kw)
+    )
+
+
 def test_too_little_text_is_refused_with_both_numbers(bundled_tokenizer):
     with pytest.raises(
-        CalibrationError, match=r"needs 10 x 64 = 640 tokens but the source has \d+"
+        CalibrationError,
+        match=r"needs \(10 \+ 2 held out for the damage measure\) x 64 = 768 tokens but the "
+        r"source has \d+",
     ):
-        make_windows(["a short text"], bundled_tokenizer, 10, 64, seed=0)
+        make_windows(["a short text"], bundled_tokenizer, 10, 64, seed=0, damage_windows=2)
     with pytest.raises(CalibrationError, match="no text"):
         make_windows([], bundled_tokenizer, 1, 8, seed=0)
 

@@ -22,6 +22,7 @@ from transformers import AutoTokenizer
 from benchmark_illusion.compression import calibration as cal
 from benchmark_illusion.compression import quantization as quant
 from benchmark_illusion.compression.names import describe_checkpoint
+from benchmark_illusion.compression.perturbation import control_of
 from benchmark_illusion.compression.pruning.layerwise import (
     PruneSettings,
     check_report,
@@ -150,6 +151,11 @@ def evaluate_file(
     device = resolve_device(device)
     t0 = time.perf_counter()
     net, tok = load_checkpoint(checkpoint, params["evaluation"]["dtype"], device, trust_remote_code)
+    control = control_of(checkpoint)
+    if control and control.get("forbid_gold_first_token"):
+        # the positive control: every decode forbidden each gold's first token, mc untouched
+        settings = dataclasses.replace(settings, forbid_gold_first_token=True)
+        log.info("control %s: each gold's first tokens forbidden in every decode", checkpoint)
     log.info(
         "loaded %s on %s in %.1fs (%d torch threads)",
         checkpoint,
@@ -222,10 +228,13 @@ def calibration_file(
     *,
     item_files=(),
     selected_files=(),
+    draw: str = "calibration",
 ) -> dict:
     """Cut the configured calibration windows and store them (safetensors, with metadata).
 
     settings: the rule's params (params.calibration: config `calibration` less its languages).
+    draw: 'damage' (the held-out windows the damage is measured on) or 's<seed>' (the
+    calibration windows of a replicate's seed); 'calibration': those of `seed`.
     """
     c = settings
     if c["source"] == "heldout_items":
@@ -234,15 +243,31 @@ def calibration_file(
         docs = cal.text_file_documents(c["paths"])
     else:
         # Enough documents for the windows with a wide margin (C4 documents average ~400 tokens).
-        docs = cal.c4_documents(c, max_docs=max(256, c["n_windows"] * c["seq_len"] // 100))
+        docs = cal.c4_documents(
+            c,
+            max_docs=max(256, (c["n_windows"] + c["damage_windows"]) * c["seq_len"] // 100),
+        )
     tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    windows = cal.make_windows(docs, tok, c["n_windows"], c["seq_len"], seed)
+    role = "damage" if draw == "damage" else "calibration"
+    draw_seed = int(draw[1:]) if draw.startswith("s") else None
+    windows = cal.make_windows(
+        docs,
+        tok,
+        c["n_windows"],
+        c["seq_len"],
+        seed,
+        draw_seed=draw_seed,
+        damage_windows=c["damage_windows"],
+        role=role,
+    )
     meta = {
         "source": c["source"],
         "documents": str(len(docs)),
         "n_windows": str(c["n_windows"]),
         "seq_len": str(c["seq_len"]),
         "seed": str(seed),
+        "draw": draw,
+        "damage_windows": str(c["damage_windows"]),
     }
     with atomic_path(out, ".safetensors") as tmp:
         save_file({"input_ids": windows}, str(tmp), metadata=meta)

@@ -8,4 +8,5 @@ pipeline.calibration_file(
     snakemake.output[0],
     item_files=snakemake.input.get("item_tables", []),
     selected_files=snakemake.input.get("selected", []),
+    draw=snakemake.wildcards.draw,
 )

@@ -76,26 +76,51 @@ def c4_documents(cfg: dict, max_docs: int) -> list[str]:
 
 
 def make_windows(
-    docs: list[str], tokenizer, n_windows: int, seq_len: int, seed: int
+    docs: list[str],
+    tokenizer,
+    n_windows: int,
+    seq_len: int,
+    seed: int,
+    *,
+    draw_seed: int | None = None,
+    damage_windows: int = 0,
+    role: str = "calibration",
 ) -> torch.Tensor:
-    """[n_windows, seq_len] token ids cut from the shuffled, EOS-joined documents."""
+    """[n, seq_len] token ids cut from the shuffled, EOS-joined documents.
+
+    The documents are shuffled and the windows' slots numbered with `seed` (the config's seed),
+    so every draw sees the same stream. First `damage_windows` slots are drawn (seed + 2) and
+    held apart: the held-out text the damage of a checkpoint is measured on (role 'damage'
+    returns them). The calibration windows (role 'calibration') are n_windows of the other
+    slots, drawn with draw_seed + 1 (draw_seed: a replicate's calibration seed, default
+    `seed`), so no replicate calibrates on the damage text.
+    """
     if not docs:
         raise CalibrationError("the calibration source has no text")
+    if role not in ("calibration", "damage"):
+        raise ValueError(f"role {role!r}: calibration or damage")
     order = list(docs)
     random.Random(seed).shuffle(order)
     sep = tokenizer.eos_token_id
     stream: list[int] = []
-    need = n_windows * seq_len
+    need = (n_windows + damage_windows) * seq_len
     for doc in order:
         stream += tokenizer(doc, add_special_tokens=False)["input_ids"]
         if sep is not None:
             stream.append(sep)
     if len(stream) < need:
         raise CalibrationError(
-            f"calibration needs {n_windows} x {seq_len} = {need} tokens "
-            f"but the source has {len(stream)} ({len(docs)} documents); "
-            "lower calibration.n_windows or calibration.seq_len, or add text"
+            f"calibration needs ({n_windows} + {damage_windows} held out for the damage measure) "
+            f"x {seq_len} = {need} tokens but the source has {len(stream)} ({len(docs)} "
+            "documents); lower calibration.n_windows, calibration.damage_windows or "
+            "calibration.seq_len, or add text"
         )
     slots = len(stream) // seq_len
-    chosen = sorted(random.Random(seed + 1).sample(range(slots), n_windows))
+    held = sorted(random.Random(seed + 2).sample(range(slots), damage_windows))
+    if role == "damage":
+        chosen = held
+    else:
+        rest = [s for s in range(slots) if s not in set(held)]
+        draw = seed if draw_seed is None else draw_seed
+        chosen = sorted(random.Random(draw + 1).sample(rest, n_windows))
     return torch.tensor([stream[s * seq_len : (s + 1) * seq_len] for s in chosen], dtype=torch.long)
