@@ -26,7 +26,7 @@ include: "workflow/rules/common.smk"
 # Wildcard patterns of every rule (the names come from the config, through common.smk).
 wildcard_constraints:
     model=one_of(MODELS),
-    method=f"{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}",
+    method=f"{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}|{CONTROL_METHODS}",
     structure=f"{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}|{VARIANT_STRUCTURE}",
     sparsity="0|0\\.[0-9]+",
     dataset=one_of(DATASETS),

@@ -491,6 +491,18 @@ BAD = [
         "missing",
     ),
     (
+        "negative-control-of-no-method",
+        _set("controls", {"negative": "gptq", "perturbation": {"seeds": [0]}}),
+        "controls.negative",
+        "no method of pruning.methods",
+    ),
+    (
+        "negative-control-without-twins",
+        _set("controls", {"negative": "wanda"}),
+        "controls.negative",
+        "damage-matched twins",
+    ),
+    (
         "labeler-without-model",
         _set("concepts", "labels", {"labeler": {"max_concepts": 3}}),
         "concepts.labels.labeler.model",
@@ -870,6 +882,8 @@ NOT_IN_SCHEMA = {
     # the pool's evaluation runs no recovery decode; the evaluate rule always passes its own
     ("EvalSettings", "recovery"),
     ("EvalSettings", "prompt"),  # prompt: PromptSettings, checked on its own
+    # the positive control's ban: set from its checkpoint's control.json, never the config
+    ("EvalSettings", "forbid_gold_first_token"),
     ("PruneSettings", "method"),
     ("PruneSettings", "sparsity"),
     ("PruneSettings", "structure"),  # the grid point
@@ -922,6 +936,8 @@ def test_config_yaml_repeats_no_default_with_another_value():
         "quantization.methods": None,
         "concepts.layer": 15,
         "controls.perturbation.seeds": [0],
+        "controls.positive": True,
+        "controls.negative": "wanda",
     }
     shipped = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     schema = schema_defaults()

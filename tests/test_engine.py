@@ -344,3 +344,42 @@ def test_stacked_states_decode_like_each_batch_alone_with_per_row_budgets():
         assert got[r] == want, r
     with pytest.raises(ValueError, match="2 budgets for 6 rows"):
         generation.greedy(model, state, [1, 2], five, PAD)
+
+
+def test_a_ban_keeps_every_decode_off_its_rows_tokens_and_changes_nothing_else():
+    """The positive control's ban: per row, tokens no decode may write (greedy, beams, samples),
+    other rows decoded as without a ban; an empty ban changes nothing."""
+    model = make_tiny_model(200, seed=3)
+    prompts = _prompts()
+    stop = generation.StopRule(
+        frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
+    )
+    free = generation.greedy(model, engine.prefill(model, prompts, PAD), 6, stop, PAD)
+    # row 0 may not write what it wrote; row 2 not its first token; rows 1 and 3 free
+    ban = [sorted(set(free[0])), [], [free[2][0]], []]
+    got = generation.greedy(model, engine.prefill(model, prompts, PAD), 6, stop, PAD, ban=ban)
+    assert not set(got[0]) & set(ban[0]) and free[2][0] not in got[2]
+    assert got[1] == free[1] and got[3] == free[3]
+    assert got[0] != free[0]
+    empty = generation.greedy(
+        model, engine.prefill(model, prompts, PAD), 6, stop, PAD, ban=[[]] * 4
+    )
+    assert empty == free
+    beams = generation.beam_search(
+        model, engine.prefill(model, prompts, PAD), 3, [5] * 4, set(), ban=ban
+    )
+    assert all(not set(h) & set(ban[0]) for h in beams[0])
+    assert all(free[2][0] not in h for h in beams[2])
+    samples = generation.sample(
+        model,
+        engine.prefill(model, prompts, PAD),
+        4,
+        [5] * 4,
+        stop,
+        torch.Generator().manual_seed(1),
+        ban=ban,
+    )
+    assert all(not set(s) & set(ban[0]) for s in samples[0])
+    assert all(free[2][0] not in s for s in samples[2])
+    with pytest.raises(ValueError, match="ban lists"):
+        generation.greedy(model, engine.prefill(model, prompts, PAD), 6, stop, PAD, ban=[[]])

@@ -16,7 +16,16 @@ import yaml
 from torch import nn
 
 from benchmark_illusion.compression import perturbation
-from benchmark_illusion.compression.names import parse_perturbed, perturbed_method
+from benchmark_illusion.compression import damage as dmg
+from benchmark_illusion.compression.names import (
+    parse_perturbed,
+    parse_placebo,
+    parse_replicate,
+    parse_twin,
+    perturbed_method,
+    placebo_method,
+    replicate_method,
+)
 from benchmark_illusion.compression.perturbation import perturb_model
 from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
 from benchmark_illusion.compression.structures import parse_structure
@@ -63,6 +72,21 @@ def test_twin_names_parse_and_stay_apart_from_other_methods():
         assert parse_perturbed(other) is None, other
     with pytest.raises(ValueError):
         perturbed_method(-1, "wanda")
+    # the kinds: one prefix each, parsed back; a placebo and a replicate are no twins
+    assert perturbed_method(2, "wanda", "damage") == "damage2-wanda"
+    assert perturbed_method(0, "sparsegpt-s7", "structure") == "mask0-sparsegpt-s7"
+    assert parse_twin("damage2-wanda") == ("damage", 2, "wanda")
+    assert parse_twin("mask0-sparsegpt-s7") == ("structure", 0, "sparsegpt-s7")
+    assert parse_twin("noise1-rtn") == ("size", 1, "rtn")
+    for other in ("placebo-wanda", "wanda-s3", "forbid", "damage-wanda", "kl0-wanda"):
+        assert parse_twin(other) is None, other
+    assert placebo_method("wanda") == "placebo-wanda" and parse_placebo("placebo-wanda") == "wanda"
+    assert parse_placebo("damage0-wanda") is None
+    assert replicate_method("wanda", 5, [5, 6]) == "wanda"
+    assert replicate_method("wanda", 6, [5, 6]) == "wanda-s6"
+    assert parse_replicate("wanda-s6") == ("wanda", 6)
+    assert parse_replicate("wanda") == ("wanda", None)
+    assert parse_replicate("my-s1", ("wanda",)) == ("my-s1", None)  # a variant's name
 
 
 def test_relative_change_per_linear_matches_the_compressed_checkpoint(tiny_pair):
@@ -130,6 +154,16 @@ def tiny_dirs(tmp_path_factory, bundled_tokenizer, tiny_pair):
     return out, folder
 
 
+def held_out(tmp_path, vocab: int = 128, n: int = 4, length: int = 32):
+    """A damage-text file of seeded random token windows."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path / "damage.safetensors"
+    save_file({"input_ids": torch.randint(0, vocab, (n, length), generator=g)}, str(path))
+    return path
+
+
 def sha(folder) -> str:
     return hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
 
@@ -138,6 +172,7 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     dense_dir, source = tiny_dirs
     params = rule_params.perturb({"models": {"tiny": {"dtype": "float32"}}}, "tiny")
     kw = dict(model="tiny", structure="unstructured", sparsity=0.3)
+    windows = held_out(tmp_path)
     outs = {}
     for name, method in (
         ("a", "noise0-magnitude"),
@@ -146,7 +181,7 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     ):
         outs[name] = tmp_path / name
         report = perturbation.perturb_file(
-            dense_dir, source, outs[name], params, method=method, **kw
+            dense_dir, source, outs[name], params, method=method, damage_text=windows, **kw
         )
         assert report["seed"] == int(method[5])
     assert sha(outs["a"]) == sha(outs["b"])
@@ -161,8 +196,120 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     (r,) = perturbation.report_rows([outs["c"]])
     assert r[:6] == ("tiny", "noise1-magnitude", "unstructured", 0.3, 1, "magnitude")
     with pytest.raises(ValueError, match="no perturbed method"):
-        perturbation.perturb_file(dense_dir, source, tmp_path / "x", params, method="wanda", **kw)
+        perturbation.perturb_file(
+            dense_dir, source, tmp_path / "x", params, method="wanda", damage_text=windows, **kw
+        )
     assert not (tmp_path / "x").exists()
+
+
+# --- the damage-matched and structure-matched twins -------------------------------------------
+
+
+def test_the_scale_search_meets_a_power_law_and_says_when_it_cannot():
+    calls = []
+
+    def measure(s):
+        calls.append(s)
+        return {"kl": 0.3 * s**2 + 0.01 * s**3, "nll": 1.0 + s}
+
+    m = dmg.match_scale(measure, 0.12)
+    assert m.matched and m.relative_error <= dmg.TOLERANCE and m.steps == len(calls) <= 6
+    assert 0.3 * m.scale**2 + 0.01 * m.scale**3 == pytest.approx(0.12, rel=dmg.TOLERANCE)
+    # a direction that cannot reach the target within its largest scale: the closest, unmatched
+    capped = dmg.match_scale(measure, 5.0, max_scale=1.0)
+    assert not capped.matched and capped.scale == 1.0
+    assert dmg.match_scale(measure, 0.0).scale == 0.0
+
+
+def tiny_measure(net, tmp_path):
+    from safetensors.torch import load_file
+
+    windows = load_file(str(held_out(tmp_path)))["input_ids"]
+    return windows
+
+
+def test_a_damage_twin_matches_the_checkpoints_kl_a_size_twin_does_not(tiny_pair, tmp_path):
+    dense, folder, pruned = tiny_pair
+    windows = tiny_measure(dense, tmp_path)
+    ref = dmg.log_probs(dense, windows)
+    source = dmg.damage(pruned, windows, ref)
+    assert source["kl"] > 0 and dmg.damage(dense, windows, ref)["kl"] == pytest.approx(0, abs=1e-6)
+    reports = {}
+    for kind in ("size", "damage", "structure"):
+        twin = copy.deepcopy(dense)
+        reports[kind] = perturb_model(
+            twin,
+            folder,
+            0,
+            kind,
+            measure=lambda s, t=twin: dmg.damage(t, windows, ref),
+            source_damage=source,
+        )
+        # the report's damage is the stored weights' damage
+        assert reports[kind]["damage_kl"] == pytest.approx(
+            dmg.damage(twin, windows, ref)["kl"], rel=1e-5
+        )
+    for kind in ("damage", "structure"):
+        r = reports[kind]
+        assert r["matched"], (kind, r["damage_kl"], source["kl"])
+        assert r["damage_kl"] == pytest.approx(source["kl"], rel=dmg.TOLERANCE)
+    # noise of the checkpoint's size does other damage than the checkpoint: the reason for the
+    # damage-matched floor
+    assert abs(reports["size"]["damage_kl"] / source["kl"] - 1) > 3 * dmg.TOLERANCE
+    assert reports["size"]["scale"] == 1.0 and reports["damage"]["scale"] != 1.0
+    # the structure twin shrinks (never zeroes past) the weights of a random mask of the
+    # checkpoint's size per Linear
+    assert 0 < reports["structure"]["scale"] <= 1.0
+    for name, layer in reports["structure"]["layers"].items():
+        assert layer["source_zeroed"] > 0, name
+
+
+def test_a_random_mask_twin_of_an_nm_source_keeps_the_pattern():
+    g = torch.Generator().manual_seed(0)
+    mask = perturbation._random_mask((4, 16), 0, (2, 4), g)
+    assert mask.reshape(-1, 4).sum(1).eq(2).all()
+    flat = perturbation._random_mask((4, 16), 10, None, g)
+    assert int(flat.sum()) == 10
+
+
+def test_damage_twins_and_the_placebo_are_written_with_their_damage(tiny_dirs, tmp_path):
+    dense_dir, source = tiny_dirs
+    params = rule_params.perturb({"models": {"tiny": {"dtype": "float32"}}}, "tiny")
+    kw = dict(model="tiny", structure="unstructured", sparsity=0.3)
+    windows = held_out(tmp_path)
+    a = perturbation.perturb_file(
+        dense_dir,
+        source,
+        tmp_path / "d",
+        params,
+        method="damage0-magnitude",
+        damage_text=windows,
+        **kw,
+    )
+    p = perturbation.perturb_file(
+        dense_dir,
+        source,
+        tmp_path / "p",
+        params,
+        method="placebo-magnitude",
+        damage_text=windows,
+        **kw,
+    )
+    for r in (a, p):
+        assert r["matched"] and r["damage_kl"] == pytest.approx(r["source_damage_kl"], rel=0.02)
+        assert r["kind"] == "damage" and r["dense_nll"] > 0
+    assert p["control"] == "placebo" and p["seed"] == perturbation.PLACEBO_SEED
+    assert sha(tmp_path / "d") != sha(tmp_path / "p")  # another draw of the same damage
+    (row_,) = perturbation.report_rows([tmp_path / "p"])
+    assert row_[9:11] == ("damage", "placebo") and row_[-1] is True
+
+
+def test_the_positive_control_is_the_dense_model_with_its_ban(tiny_dirs, tmp_path):
+    dense_dir, _ = tiny_dirs
+    perturbation.control_file(dense_dir, tmp_path / "forbid", model="tiny")
+    assert sha(tmp_path / "forbid") == sha(dense_dir)
+    assert perturbation.control_of(tmp_path / "forbid")["forbid_gold_first_token"] is True
+    assert perturbation.control_of(dense_dir) is None
 
 
 # --- the perturbation_floor table, by hand ----------------------------------------------------
@@ -237,7 +384,14 @@ def test_perturbation_floor_by_hand(floor_db):
     # the mean of the twins' rates 0.25 and 0.5
     n, seeds, value, lo, hi, smin, smax = got["mc_only"]
     assert (n, seeds, smin, smax) == (4, 2, 0.25, 0.5)
-    assert value == pytest.approx(0.375) and 0 <= lo <= value <= hi <= 0.5
+    assert value == pytest.approx(0.375)
+    # a proportion's floor gets the Wilson interval of its seed-averaged count (1.5 of 4)
+    from benchmark_illusion.metrics.exact import wilson
+
+    assert (lo, hi) == pytest.approx(wilson(1.5, 4))
+    assert floor_db.execute(
+        "SELECT DISTINCT ci_method FROM perturbation_floor WHERE metric = 'mc_only'"
+    ).fetchall() == [("wilson",)]
     # drop_open: dense right everywhere; noise0 [1,0,0,0], noise1 [0,1,1,1] -> every item 0.5:
     # pooling the twins' item values gives the interval [0.5, 0.5], where the twins' own
     # intervals (0.25 and 0.75 over four items) are wide
@@ -279,13 +433,22 @@ def test_the_floor_stands_beside_the_rates_and_the_noise_floor(floor_db):
     )
     assert sg["w open"] == pytest.approx(0.5) and sg["w mc"] == pytest.approx(0.125)
     assert sg["dense open"] is None
-    summary = dict(
-        floor_db.execute(
-            "SELECT method, pert_floor FROM report_summary WHERE lang = 'all'"
+    summary = {
+        r[0]: r[1:]
+        for r in floor_db.execute(
+            "SELECT method, floor_sentence, vs_floor, floor_kind FROM report_summary "
+            "WHERE lang = 'all'"
         ).fetchall()
-    )
-    assert float(summary["w"].split(" [")[0]) == pytest.approx(0.375, abs=0.006)
-    assert summary["dense"] is None
+    }
+    floor, vs, kind = summary["w"]
+    rate, twin = floor_db.execute(
+        "SELECT mc_only_sentence_rate, perturbation_floor_sentence FROM mc_only "
+        "WHERE method = 'w' AND lang = 'all'"
+    ).fetchone()
+    # the summary prints the paired difference, not the two rates: the size floor here
+    assert kind == "size" and floor == pytest.approx(round(twin, 2))
+    assert float(vs.split(" [")[0]) == pytest.approx(rate - twin, abs=0.006)
+    assert summary["dense"] == (None, None, None)
 
 
 def test_checkpoints_list_the_twins_with_their_measured_change(floor_db):
@@ -416,6 +579,12 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
         device="cpu",
     )
     twin_dir = tmp_path / "noise0-magnitude"
+    from safetensors.torch import save_file
+
+    tok = __import__("transformers").AutoTokenizer.from_pretrained(bundled_model_dir)
+    text = (ROOT / "README.md").read_text()[:6000]
+    ids = tok(text)["input_ids"][: 4 * 64]
+    save_file({"input_ids": torch.tensor(ids).reshape(4, 64)}, str(tmp_path / "dmg.safetensors"))
     report = perturbation.perturb_file(
         bundled_model_dir,
         pruned,
@@ -425,8 +594,13 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
         method="noise0-magnitude",
         structure="unstructured",
         sparsity=0.1,
+        damage_text=tmp_path / "dmg.safetensors",
     )
-    assert report["n_perturbed"] == 30 * 7  # every decoder Linear of the 30 blocks
+    assert report["n_perturbed"] == 30 * 7
+    # both damages measured on the held-out text: noise of the checkpoint's size does more
+    assert (
+        report["damage_kl"] > report["source_damage_kl"] > 0
+    )  # every decoder Linear of the 30 blocks
     dense, _ = load_checkpoint(bundled_model_dir)
     source, _ = load_checkpoint(pruned)
     twin, _ = load_checkpoint(twin_dir)

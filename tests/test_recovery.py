@@ -307,3 +307,29 @@ def test_a_distractor_inside_the_golds_occurrence_is_no_false_recovery():
     # the same distractor on its own, away from the gold, is a hit
     row = judge_row("Lanterns.", item, EvalSettings())
     assert row["option_correct"] == [False, False, True, False]
+
+
+def test_the_positive_controls_ban_covers_each_golds_first_token_in_every_script(
+    bundled_tokenizer,
+):
+    """Tokens.gold_first_tokens on the real tokenizer: for golds in Latin, Greek, CJK, Thai,
+    Devanagari and Arabic script, every way the decode could start writing the gold (alone,
+    after a space, capitalised) is banned, and no blank token (which would ban every answer's
+    leading space) is."""
+    from benchmark_illusion.evaluation.decoding import Tokens
+    from benchmark_illusion.evaluation.prompts import PromptSettings
+
+    toks = Tokens(bundled_tokenizer, PromptSettings())
+    golds = ["Denver Broncos", "Αθήνα", "北京大学", "กรุงเทพมหานคร", "दिल्ली", "القاهرة", "1879"]
+    for gold in golds:
+        banned = set(toks.gold_first_tokens([gold]))
+        assert banned, gold
+        assert not any(toks.is_blank(t) for t in banned), gold
+        for written in (gold, " " + gold, toks.sep + gold, gold[0].upper() + gold[1:]):
+            ids = bundled_tokenizer(written, add_special_tokens=False)["input_ids"]
+            first = next(i for i in ids if not toks.is_blank(i))
+            assert first in banned, (gold, written)
+    # several golds: the union; an empty gold bans nothing
+    both = set(toks.gold_first_tokens(["Αθήνα", "1879"]))
+    assert both == set(toks.gold_first_tokens(["Αθήνα"])) | set(toks.gold_first_tokens(["1879"]))
+    assert toks.gold_first_tokens(["  "]) == []

@@ -59,19 +59,31 @@ HUB_VARIANTS = sorted((m, v) for m, v, spec in VARIANTS if spec["source"] == "hu
 
 # Checkpoint wildcards, one place for the rules: {method}/{structure} of a pruned or a quantized
 # checkpoint (a quantized one's {sparsity} is 0; its structure names the grid, e.g. int4-g128).
-PRUNE_METHODS = "magnitude|wanda|sparsegpt"
+REPLICATE = "(?:-s(?:0|[1-9][0-9]*))?"  # <method>-s<seed>: a replicate (pruning.seeds)
+PRUNE_METHODS = f"(?:magnitude|wanda|sparsegpt){REPLICATE}"
 PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
-QUANT_METHODS = "rtn|gptq"
+QUANT_METHODS = f"(?:rtn|gptq){REPLICATE}"
 QUANT_STRUCTURES = STRUCTURE_PATTERN
 VARIANT_METHODS = one_of(VARIANT_NAMES)
-# A perturbed twin of a pruned or quantized checkpoint or a variant: noise<seed>-<source method>, with the
-# source's structure and sparsity (benchmark_illusion.compression.perturbation). No other method starts with
-# a letter run followed by digits and '-' (a variant's name may not: config check), so the
+# A twin of a pruned or quantized checkpoint or a variant: <kind><seed>-<source method> (noise,
+# damage, mask), with the source's structure and sparsity; a placebo (the negative control):
+# placebo-<source method> (benchmark_illusion.compression.perturbation). No other method starts
+# with a letter run followed by digits and '-' (a variant's name may not: config check), so the
 # patterns stay disjoint.
-PERTURBED_METHODS = (
-    f"noise(?:0|[1-9][0-9]*)-(?:{PRUNE_METHODS}|{QUANT_METHODS}|{VARIANT_METHODS})"
-)
-PERTURBATION_SEEDS = config["controls"]["perturbation"]["seeds"]
+SOURCE_METHODS = f"(?:{PRUNE_METHODS}|{QUANT_METHODS}|{VARIANT_METHODS})"
+PERTURBED_METHODS = f"(?:noise|damage|mask)(?:0|[1-9][0-9]*)-{SOURCE_METHODS}|placebo-{SOURCE_METHODS}"
+CONTROL_METHODS = "forbid"  # the positive control: the dense weights, gold first tokens forbidden
+PERTURBATION = config["controls"]["perturbation"]
+PERTURBATION_SEEDS = PERTURBATION["seeds"]
+CALIBRATED = ("wanda", "sparsegpt", "gptq")  # the methods that read calibration windows
+
+
+def method_seeds(method):
+    """The calibration seeds of `method`'s replicates (pruning.seeds / quantization.seeds, null:
+    [seed]); methods without calibration get one replicate."""
+    section = "quantization" if method in ("rtn", "gptq") else "pruning"
+    seeds = config[section].get("seeds") or [config["seed"]]
+    return seeds if method in CALIBRATED else seeds[:1]
 
 
 def dataset_langs():
@@ -149,7 +161,9 @@ def sparsity_str(s):
 
 
 def pruning_targets():
-    """(method, structure path, sparsity str) of every pruned checkpoint in the grid."""
+    """(method, structure path, sparsity str) of every pruned checkpoint in the grid, one per
+    replicate (<method>-s<seed> after the first seed)."""
+    from benchmark_illusion.compression.names import replicate_method
     from benchmark_illusion.config.validate import nm_patterns
 
     p = config["pruning"]
@@ -157,16 +171,25 @@ def pruning_targets():
     for pattern in nm_patterns(p):
         st = parse_structure(pattern)
         points.append((st.path, st.sparsity))
-    return [(m, st, sparsity_str(s)) for m in p["methods"] for st, s in points]
+    return [
+        (replicate_method(m, seed, method_seeds(m)), st, sparsity_str(s))
+        for m in p["methods"]
+        for seed in method_seeds(m)
+        for st, s in points
+    ]
 
 
 def quantization_targets():
     """(method, grid name, sparsity str '0') of every quantized checkpoint in the grid: every
-    method x bit width on the configured grid (e.g. ('gptq', 'int4-g128', '0'))."""
+    method x bit width on the configured grid (e.g. ('gptq', 'int4-g128', '0')), one per
+    replicate."""
+    from benchmark_illusion.compression.names import replicate_method
+
     q = config["quantization"]
     return [
-        (m, str(Grid(b, q["group_size"], q["symmetric"])), "0")
+        (replicate_method(m, seed, method_seeds(m)), str(Grid(b, q["group_size"], q["symmetric"])), "0")
         for m in q["methods"]
+        for seed in method_seeds(m)
         for b in q["bits"]
     ]
 
@@ -203,15 +226,45 @@ def variant_folders():
 
 
 def perturbation_targets(model):
-    """(method, structure path, sparsity str) of every perturbed twin of {model}: one per
-    compressed checkpoint (variants included) and seed of controls.perturbation.seeds (none
-    when it is empty)."""
-    from benchmark_illusion.compression.names import perturbed_method
+    """(method, structure path, sparsity str) of every twin of {model}: one per compressed
+    checkpoint (variants included), kind of controls.perturbation.match and seed of
+    controls.perturbation.seeds (none when it is empty; structure twins of pruned checkpoints
+    only), and the placebo (negative control) of every checkpoint of the method
+    controls.negative names (its first replicate)."""
+    from benchmark_illusion.compression.names import (
+        parse_replicate,
+        perturbed_method,
+        placebo_method,
+    )
 
-    return [
-        (perturbed_method(seed, meth), st, s)
+    pruned = {(m, st, s) for m, st, s in pruning_targets()}
+    twins = [
+        (perturbed_method(seed, meth, kind), st, s)
+        for kind in PERTURBATION["match"]
         for seed in PERTURBATION_SEEDS
         for meth, st, s in compressed_targets(model)
+        if kind != "structure" or (meth, st, s) in pruned
+    ]
+    negative = config["controls"]["negative"]
+    placebos = [
+        (placebo_method(meth), st, s)
+        for meth, st, s in pruning_targets() + quantization_targets()
+        if negative is not None and meth == negative and parse_replicate(meth)[1] is None
+    ] if PERTURBATION_SEEDS else []
+    return twins + placebos
+
+
+def control_targets():
+    """(method, structure, sparsity) of the positive control (controls.positive)."""
+    return [(CONTROL_METHODS, "none", "0")] if config["controls"]["positive"] else []
+
+
+def control_generation_files():
+    return [
+        f"results/generations/{m}/{meth}/{st}/{s}/{d}/{l}.parquet"
+        for m in MODELS
+        for meth, st, s in control_targets()
+        for d, l in dataset_langs()
     ]
 
 
@@ -235,10 +288,12 @@ def perturbed_generation_files():
 
 
 def get_perturbation_source(wildcards):
-    """The compressed checkpoint a twin {method} = noise<seed>-<source> copies the size of."""
-    from benchmark_illusion.compression.names import parse_perturbed
+    """The compressed checkpoint a twin {method} = <kind><seed>-<source> (or the placebo
+    placebo-<source>) copies the size or damage of."""
+    from benchmark_illusion.compression.names import parse_perturbed, parse_placebo
 
-    _, source = parse_perturbed(wildcards.method)
+    twin = parse_perturbed(wildcards.method)
+    source = twin[1] if twin else parse_placebo(wildcards.method)
     w = wildcards
     return checkpoint_folder(w.model, source, w.structure, w.sparsity)
 
@@ -254,14 +309,26 @@ def generation_files():
         dense_generation_files()
         + compressed_generation_files()
         + perturbed_generation_files()
+        + control_generation_files()
     )
 
 
 def get_calibration_input(wildcards):
-    """Calibration windows for {model}; magnitude pruning and RTN need none."""
-    if wildcards.method in ("magnitude", "rtn"):
+    """Calibration windows of {method}'s replicate (<method>-s<seed>, or the first seed of its
+    list); magnitude pruning and RTN need none."""
+    from benchmark_illusion.compression.names import parse_replicate
+
+    base, seed = parse_replicate(wildcards.method)
+    if base in ("magnitude", "rtn"):
         return []
-    return f"results/calibration/{wildcards.model}.safetensors"
+    if seed is None:
+        seed = method_seeds(base)[0]
+    return f"results/calibration/{wildcards.model}/s{seed}.safetensors"
+
+
+def get_damage_text(wildcards):
+    """The held-out windows a twin's damage is measured on."""
+    return f"results/calibration/{wildcards.model}/damage.safetensors"
 
 
 def calibration_langs():
@@ -468,7 +535,7 @@ def aggregate_sized(key):
 
     n = (
         sum(
-            1 + len(compressed_targets(m)) + len(perturbation_targets(m))
+            1 + len(compressed_targets(m)) + len(perturbation_targets(m)) + len(control_targets())
             for m in MODELS
         )
         * len(dataset_langs())
@@ -534,7 +601,9 @@ def get_sae_input(wildcards):
             if only is None or l in only
         ]
     if "calibration" in corpus:
-        inputs["calibration"] = f"results/calibration/{wildcards.model}.safetensors"
+        # the calibration windows of the first pruning seed (those of the plain-named checkpoints)
+        seed = method_seeds("wanda")[0]
+        inputs["calibration"] = f"results/calibration/{wildcards.model}/s{seed}.safetensors"
     return inputs
 
 

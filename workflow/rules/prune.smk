@@ -3,9 +3,13 @@ rule calibration_data:
         unpack(get_calibration_sources),
         model="resources/models/{model}",
     output:
-        "results/calibration/{model}.safetensors",
+        # s<seed>: a replicate's calibration windows; damage: the held-out windows a twin's
+        # damage is measured on (never a calibration window of any seed)
+        "results/calibration/{model}/{draw}.safetensors",
     log:
-        "logs/calibration_data/{model}.log",
+        "logs/calibration_data/{model}/{draw}.log",
+    wildcard_constraints:
+        draw="damage|s(?:0|[1-9][0-9]*)",
     priority: 30
     resources:
         mem_mb=sized("calibration", "mem_mb"),
@@ -86,7 +90,7 @@ rule evaluate:
         # pruned checkpoint, so that its MC-only rate and drops are the noise floor; the
         # perturbed twins too, whose rates are the perturbation floor; and the variants made
         # elsewhere, on their base model's selected items
-        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}",
+        method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}|{CONTROL_METHODS}",
         structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}|{VARIANT_STRUCTURE}",
     threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): common.smk
     resources:

@@ -9,9 +9,10 @@ perturbation.perturb_file(
     snakemake.output[0],
     snakemake.params.perturb,  # exactly what re-runs this rule when it changes
     model=w.model,
-    method=w.method,  # noise<seed>-<source method>: the seed and the source
+    method=w.method,  # <kind><seed>-<source> or placebo-<source>
     structure=w.structure,
     sparsity=float(w.sparsity),
+    damage_text=snakemake.input.damage_text,
     trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
     threads=snakemake.threads,
 )

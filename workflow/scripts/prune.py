@@ -1,4 +1,5 @@
 from benchmark_illusion import logs, pipeline
+from benchmark_illusion.compression.names import parse_replicate
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards
@@ -8,7 +9,7 @@ pipeline.prune_file(
     snakemake.output[0],
     snakemake.params.prune,  # exactly what re-runs this rule when it changes
     model=w.model,
-    method=w.method,
+    method=parse_replicate(w.method)[0],  # <method>-s<seed>: the seed acts through its input
     structure=w.structure,
     sparsity=float(w.sparsity),
     device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a weight

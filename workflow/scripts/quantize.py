@@ -1,4 +1,5 @@
 from benchmark_illusion import logs, pipeline
+from benchmark_illusion.compression.names import parse_replicate
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards
@@ -8,7 +9,7 @@ pipeline.quantize_file(
     snakemake.output[0],
     snakemake.params.quantize,  # exactly what re-runs this rule when it changes
     model=w.model,
-    method=w.method,
+    method=parse_replicate(w.method)[0],  # <method>-s<seed>: the seed acts through its input
     structure=w.structure,  # the grid, e.g. int4-g128
     device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a weight
     trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],

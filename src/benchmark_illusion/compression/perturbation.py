@@ -1,19 +1,40 @@
-"""The perturbation floor: the dense model with seeded Gaussian noise of a compressed checkpoint's
-size, evaluated like any checkpoint, answers "would any change of this size do this?".
+"""The floors: the dense model changed by seeded noise of a compressed checkpoint's size or
+damage, evaluated like any checkpoint, answers "would any change of this size (or of this much
+damage) do this?". And the pipeline's two controls, built from the dense model.
 
-For every pruned or quantized checkpoint and every seed of `controls.perturbation.seeds`, a
-perturbed twin: each Linear that the compression changed gets W' = W + (r ||W||_F / ||N||_F) N,
-where r = ||C - W||_F / ||W||_F is that Linear's relative change in the compressed checkpoint C
-and N is standard normal noise drawn on the CPU in float32 from a generator seeded with
-(seed, the Linear's name). So every changed Linear moves by exactly the compression's relative
-Frobenius distance, in a random direction; Linears the compression left as they were (embeddings,
-`lm_head`, norms, and any Linear it did not touch) stay bit for bit.
+For every pruned or quantized checkpoint (or variant) C, every kind of `controls.perturbation.match`
+and every seed of `controls.perturbation.seeds`, a twin W' = W + s D per Linear the compression
+changed, with a direction D per Linear and one scale s for the whole model:
+  size (noise<seed>-<source>)   D = (r ||W||_F / ||N||_F) N, N standard normal noise drawn on the
+                                CPU in float32 from a generator seeded with (seed, the Linear's
+                                name), r = ||C - W||_F / ||W||_F that Linear's relative change in
+                                C; s = 1: every changed Linear moves by exactly the compression's
+                                relative Frobenius distance, in a random direction.
+  damage (damage<seed>-<source>) the same D; s found so that the twin's damage (mean next-token
+                                KL divergence from the dense model on held-out text,
+                                compression/damage.py) equals C's.
+  structure (mask<seed>-<source>) D = -W * M, M a random mask with as many weights per Linear as C
+                                zeroed there (random N of every M for an N:M source), from the same
+                                seeded generator; s in [0, 1] found like damage's (s = 1 is the
+                                random mask itself; a random mask that does less damage than C at
+                                s = 1 is reported unmatched). Pruned sources only.
+Linears the compression left as they were (embeddings, `lm_head`, norms, any Linear it did not
+touch) stay bit for bit. Every twin's report (perturbation.json) holds its damage and its
+source's, KL and NLL, and the scale.
 
-A twin is named like a checkpoint: method `noise<seed>-<source method>` (e.g. `noise0-wanda`),
-the source's structure and sparsity, in the pruned checkpoints' layout
-(results/checkpoints/{model}/noise0-wanda/unstructured/0.3/), so `evaluate` and every table treat
-it as one more checkpoint, and the tables key it by (model, method, structure, sparsity) like any
-other (the names: compression/names.py).
+Controls (docs/metrics.md "Controls"):
+  forbid             positive: the dense weights with control.json; `evaluate` forbids every
+                     decode (open, candidates, recovery) each gold's first token, mc scoring is
+                     untouched. Built to show the illusion: must be flagged. Its damage is 0, so
+                     its damage-matched floor is the dense model itself.
+  placebo-<source>   negative: damage-matched noise (seed PLACEBO_SEED) at the source's damage,
+                     evaluated as a compressed checkpoint and compared with the source's
+                     damage twins (noise of the same damage, other seeds). Built not to show
+                     it: must not be flagged.
+
+A twin is named like a checkpoint (compression/names.py), in the pruned checkpoints' layout
+(results/checkpoints/{model}/damage0-wanda/unstructured/0.3/), so `evaluate` and every table
+treat it as one more checkpoint, keyed by (model, method, structure, sparsity).
 """
 
 from __future__ import annotations
@@ -25,7 +46,7 @@ import math
 import time
 from pathlib import Path
 
-from benchmark_illusion.compression.names import parse_perturbed
+from benchmark_illusion.compression.names import PLACEBO_SEED
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -68,69 +89,158 @@ def _norm(x) -> float:
     return float(x.double().norm())
 
 
-def perturb_model(net, source_dir: str | Path, seed: int) -> dict:
-    """Add the noise to `net` (the dense model, changed in place) and return the report.
+def _random_mask(shape, removed: int, nm: tuple[int, int] | None, g):
+    """A bool mask of `shape` with `removed` True entries drawn from generator g: uniformly
+    among all entries, or (nm = (N, M)) N random of every M consecutive inputs of a row."""
+    import torch
 
-    Every nn.Linear of `net` whose weight is stored in `source_dir` (a compressed checkpoint of
-    the same architecture) and differs from it gets noise of the same relative Frobenius size;
-    the others are left as they are. The noise is drawn in float32 on the CPU, added in float32,
-    and the sum stored in the model's dtype. Report: per Linear the relative change it matched
-    (`target`) and the one measured on the stored weights (`measured`); overall values over the
-    perturbed Linears (sqrt of summed squared distances over summed squared norms).
-    """
+    if nm is not None:
+        n, m = nm
+        scores = torch.rand(shape, generator=g, dtype=torch.float32).reshape(-1, m)
+        idx = torch.topk(scores, n, dim=1, sorted=False).indices
+        mask = torch.zeros_like(scores, dtype=torch.bool).scatter_(1, idx, True)
+        return mask.reshape(shape)
+    numel = math.prod(shape)
+    flat = torch.zeros(numel, dtype=torch.bool)
+    flat[torch.randperm(numel, generator=g)[:removed]] = True
+    return flat.reshape(shape)
+
+
+def _directions(net, source_dir, seed: int, kind: str, nm=None) -> tuple[dict, list]:
+    """Per changed Linear: (module, its dense weight in float32 on the CPU, the direction D,
+    the source's relative change r, the share the source zeroed), and the unchanged names."""
     import torch
     from torch import nn
 
-    t0 = time.perf_counter()
     files = _tensor_files(Path(source_dir))
-    layers, skipped = {}, []
-    num = den = num_target = 0.0
-    with torch.no_grad():
-        for name, module in net.named_modules():
-            if not isinstance(module, nn.Linear) or f"{name}.weight" not in files:
-                continue
-            w = module.weight
-            c = _read(files, f"{name}.weight")
-            if c.shape != w.shape:
-                raise ValueError(
-                    f"{name}: shape {tuple(c.shape)} in {source_dir}, {tuple(w.shape)} in the "
-                    "dense model: not a compressed copy of this model"
-                )
-            w32 = w.detach().to("cpu", torch.float32, copy=True)  # kept: w is overwritten below
-            c32 = c.to(torch.float32)
-            if torch.equal(w32, c32):
-                skipped.append(name)
-                continue
-            w_norm = _norm(w32)
-            target = _norm(c32 - w32) / w_norm
-            g = torch.Generator(device="cpu").manual_seed(noise_seed(seed, name))
+    out, skipped = {}, []
+    for name, module in net.named_modules():
+        if not isinstance(module, nn.Linear) or f"{name}.weight" not in files:
+            continue
+        w = module.weight
+        c = _read(files, f"{name}.weight")
+        if c.shape != w.shape:
+            raise ValueError(
+                f"{name}: shape {tuple(c.shape)} in {source_dir}, {tuple(w.shape)} in the "
+                "dense model: not a compressed copy of this model"
+            )
+        w32 = w.detach().to("cpu", torch.float32, copy=True)
+        c32 = c.to(torch.float32)
+        if torch.equal(w32, c32):
+            skipped.append(name)
+            continue
+        w_norm = _norm(w32)
+        target = _norm(c32 - w32) / w_norm
+        g = torch.Generator(device="cpu").manual_seed(noise_seed(seed, name))
+        zeroed = int(((c32 == 0) & (w32 != 0)).sum())
+        if kind == "structure":
+            direction = -w32 * _random_mask(w32.shape, zeroed, nm, g)
+        else:
             noise = torch.randn(w32.shape, generator=g, dtype=torch.float32)
-            scale = target * w_norm / _norm(noise)
-            new = (w32 + noise * scale).to(w.dtype)
-            w.copy_(new)
-            change = _norm(new.to(torch.float32) - w32)
-            layers[name] = {
-                "target": target,
-                "measured": change / w_norm,
-                "numel": w.numel(),
-            }
-            num += change**2
-            num_target += (target * w_norm) ** 2
-            den += w_norm**2
-    if not layers:
+            direction = noise * (target * w_norm / _norm(noise))
+        out[name] = (module, w32, direction, target, zeroed / w32.numel())
+    if not out:
         raise ValueError(f"{source_dir} changes no Linear of the dense model: nothing to match")
-    deviation = max(abs(v["measured"] - v["target"]) for v in layers.values())
-    return {
+    return out, skipped
+
+
+def perturb_model(
+    net,
+    source_dir: str | Path,
+    seed: int,
+    kind: str = "size",
+    *,
+    measure=None,
+    source_damage: dict | None = None,
+    nm: tuple[int, int] | None = None,
+) -> dict:
+    """Perturb `net` (the dense model, changed in place) into the `kind` twin of the compressed
+    checkpoint in `source_dir` and return the report.
+
+    measure: s -> {'kl', 'nll'} of the model as it stands (damage.damage on the held-out
+    windows); needed for damage and structure (the scale search), optional for size (its
+    damage is then reported). source_damage: the source's {'kl', 'nll'} (the target).
+    Report: per Linear the relative change it matched (`target`), the one measured on the
+    stored weights (`measured`); overall values over the perturbed Linears (sqrt of summed
+    squared distances over summed squared norms); the scale, the damage and the match.
+    """
+    import torch
+
+    from benchmark_illusion.compression import damage as dmg  # torch: not at import
+
+    if kind not in ("size", "damage", "structure"):
+        raise ValueError(f"twin kind {kind!r}: size, damage or structure")
+    if kind != "size" and (measure is None or source_damage is None):
+        raise ValueError(f"a {kind} twin needs the damage measure and the source's damage")
+    t0 = time.perf_counter()
+    dirs, skipped = _directions(net, source_dir, seed, kind, nm)
+
+    def apply(s: float):
+        with torch.no_grad():
+            for module, w32, d, _, _ in dirs.values():
+                module.weight.copy_((w32 + d * s).to(module.weight.dtype))
+        return measure(s) if measure is not None else None
+
+    match = None
+    if kind == "size":
+        got = apply(1.0)
+        scale = 1.0
+        damage = got
+    else:
+        match = dmg.match_scale(
+            apply, source_damage["kl"], max_scale=1.0 if kind == "structure" else dmg.MAX_SCALE
+        )
+        scale = match.scale
+        damage = apply(scale)  # the weights are left at the chosen scale
+    layers = {}
+    num = den = num_target = 0.0
+    for name, (module, w32, _, target, zeroed) in dirs.items():
+        w_norm = _norm(w32)
+        change = _norm(module.weight.detach().to("cpu", torch.float32) - w32)
+        layers[name] = {
+            "target": target,
+            "measured": change / w_norm,
+            "numel": module.weight.numel(),
+            "source_zeroed": zeroed,
+        }
+        num += change**2
+        num_target += (target * w_norm) ** 2
+        den += w_norm**2
+    report = {
         "seed": int(seed),
-        "noise": "gaussian",
+        "kind": kind,
+        "noise": "random_mask" if kind == "structure" else "gaussian",
+        "scale": float(scale),
         "layers": layers,
         "n_perturbed": len(layers),
         "unchanged": skipped,
         "relative_change": math.sqrt(num / den),
         "source_relative_change": math.sqrt(num_target / den),
-        "max_abs_deviation": deviation,
         "seconds": time.perf_counter() - t0,
     }
+    if kind == "size":
+        report["max_abs_deviation"] = max(abs(v["measured"] - v["target"]) for v in layers.values())
+    if damage is not None:
+        report.update(damage_kl=damage["kl"], damage_nll=damage["nll"])
+    if source_damage is not None:
+        report.update(source_damage_kl=source_damage["kl"], source_damage_nll=source_damage["nll"])
+    if match is not None:
+        report.update(
+            matched=match.matched,
+            match_relative_error=match.relative_error,
+            match_steps=match.steps,
+        )
+    return report
+
+
+def _nm_of(structure: str) -> tuple[int, int] | None:
+    from benchmark_illusion.compression.structures import parse_structure
+
+    try:
+        st = parse_structure(structure)
+    except ValueError:  # a quantization grid or a variant: no mask structure
+        return None
+    return (st.n, st.m) if st.is_nm else None
 
 
 def perturb_file(
@@ -143,43 +253,81 @@ def perturb_file(
     method: str,
     structure: str,
     sparsity: float,
+    damage_text: str | Path,
     trust_remote_code: bool = False,
     threads: int | None = 1,
 ) -> dict:
-    """Write the perturbed twin `method` (noise<seed>-<source>) of the compressed checkpoint in
-    `source_dir`: the dense model in `model_dir` with noise of the source's size per Linear, in
-    the checkpoint layout (safetensors, tokenizer, provenance.json) with `perturbation.json`,
-    atomically.
+    """Write the twin `method` (<kind><seed>-<source>, or the placebo placebo-<source>) of the
+    compressed checkpoint in `source_dir`: the dense model in `model_dir` changed as the kind
+    says (module docstring), in the checkpoint layout (safetensors, tokenizer, provenance.json)
+    with `perturbation.json`, atomically.
 
-    params: the rule's params (params.perturb: the model's dtype). The seed is the method's.
-    Always on the CPU (the noise is drawn there; the step is a load, one pass over the weights
-    and a save). threads: torch threads (1: the norms and the cast do not depend on it anyway).
+    params: the rule's params (params.perturb: the model's dtype). damage_text: the held-out
+    windows (safetensors, `input_ids`) the damage is measured on. On the CPU (the noise is
+    drawn there): a load of the dense model and of the source, their damage, a few forward
+    passes for the scale, and a save. threads: torch threads (the norms are float64 sums).
     """
     import torch
+    from safetensors.torch import load_file
 
-    from benchmark_illusion.compression.names import describe_checkpoint
+    from benchmark_illusion.compression import damage as dmg
+    from benchmark_illusion.compression.names import describe_checkpoint, parse_placebo, parse_twin
     from benchmark_illusion.models.checkpoints import (
         checkpoint_hash,
         load_checkpoint,
         write_checkpoint,
     )
 
-    parsed = parse_perturbed(method)
-    if parsed is None:
-        raise ValueError(f"{method!r} is no perturbed method (noise<seed>-<source method>)")
-    seed, source = parsed
+    twin = parse_twin(method)
+    placebo = parse_placebo(method)
+    if twin is not None:
+        kind, seed, source = twin
+    elif placebo is not None:
+        kind, seed, source = "damage", PLACEBO_SEED, placebo
+    else:
+        raise ValueError(
+            f"{method!r} is no perturbed method "
+            "(noise|damage|mask<seed>-<source>, placebo-<source>)"
+        )
     if threads:
         torch.set_num_threads(threads)
+    windows = load_file(str(damage_text))["input_ids"]
+    from transformers import AutoModelForCausalLM
+
+    from benchmark_illusion.models.checkpoints import DTYPES
+
+    # the source's weights only (a compressed checkpoint's tokenizer is the dense model's)
+    src_net = AutoModelForCausalLM.from_pretrained(
+        source_dir,
+        dtype=DTYPES[params["dtype"]],
+        trust_remote_code=trust_remote_code,
+        use_safetensors=True,
+    ).eval()
     net, tok = load_checkpoint(model_dir, params["dtype"], "cpu", trust_remote_code)
-    report = perturb_model(net, source_dir, seed)
+    reference = dmg.log_probs(net, windows)
+    source_damage = dmg.damage(src_net, windows, reference)
+    del src_net
+    dense_nll = dmg.damage(net, windows, reference)["nll"]
+    report = perturb_model(
+        net,
+        source_dir,
+        seed,
+        kind,
+        measure=lambda s: dmg.damage(net, windows, reference),
+        source_damage=source_damage,
+        nm=_nm_of(structure),
+    )
     report.update(
         model=model,
         method=method,
         source_method=source,
+        control="placebo" if placebo is not None else None,
         structure=describe_checkpoint(source, structure)[0],  # as the logs spell it
         sparsity=float(sparsity),
         dtype=params["dtype"],
         torch_threads=torch.get_num_threads(),
+        dense_nll=dense_nll,
+        damage_windows=list(windows.shape),
         dense_model_hash=checkpoint_hash(model_dir),
         source_model_hash=checkpoint_hash(source_dir),
         source=str(source_dir),
@@ -192,28 +340,98 @@ def perturb_file(
         REPORT,
         report,
         perturbed_from=str(model_dir),
-        perturbation={k: report[k] for k in ("seed", "source_method", "source", "relative_change")},
+        perturbation={
+            k: report[k] for k in ("seed", "kind", "source_method", "source", "relative_change")
+        },
     )
     log.info(
-        "perturbed %s like %s (seed %d): %d Linears, relative change %.6f (source %.6f, "
-        "largest deviation of a Linear %.2e), %d unchanged, in %.1fs",
+        "perturbed %s like %s (%s, seed %d): %d Linears, scale %.4f, relative change %.6f "
+        "(source %.6f), KL %.5f (source %.5f), NLL %.4f (source %.4f, dense %.4f), %d "
+        "unchanged, in %.1fs",
         model,
         source_dir,
+        kind,
         seed,
         report["n_perturbed"],
+        report["scale"],
         report["relative_change"],
         report["source_relative_change"],
-        report["max_abs_deviation"],
+        report["damage_kl"],
+        report["source_damage_kl"],
+        report["damage_nll"],
+        report["source_damage_nll"],
+        dense_nll,
         len(report["unchanged"]),
         report["seconds"],
     )
+    if report.get("matched") is False:
+        log.warning(
+            "%s: the %s twin's damage (KL %.5f) misses the source's (%.5f) by %.1f %%",
+            method,
+            kind,
+            report["damage_kl"],
+            report["source_damage_kl"],
+            100 * report["match_relative_error"],
+        )
     return report
 
 
+CONTROL = "control.json"
+
+
+def control_file(model_dir: str | Path, out: str | Path, *, model: str) -> dict:
+    """Write the positive control `forbid`: the dense model's files (hard links where the file
+    system allows, else copies) and control.json, which tells `evaluate` to forbid each gold's
+    first token in every decode. Atomic."""
+    import os
+    import shutil
+
+    from benchmark_illusion.io import atomic_path, write_json
+
+    report = {
+        "model": model,
+        "control": "forbid",
+        "forbid_gold_first_token": True,
+        "damage_kl": 0.0,
+        "source_damage_kl": 0.0,
+        "dense": str(model_dir),
+    }
+    with atomic_path(out) as tmp:
+        tmp = Path(tmp)
+        tmp.mkdir(parents=True, exist_ok=True)
+        for f in sorted(Path(model_dir).iterdir()):
+            if f.is_file():
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:
+                    shutil.copy2(f, tmp / f.name)
+        write_json(report, tmp / CONTROL)
+    log.info("control forbid of %s: the dense weights, gold first tokens forbidden", model)
+    return report
+
+
+def control_of(checkpoint: str | Path) -> dict | None:
+    """The control.json of a checkpoint folder, None for any other checkpoint."""
+    p = Path(checkpoint) / CONTROL
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+PERTURBATIONS_TABLE = (
+    "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, seed BIGINT, "
+    "source_method VARCHAR, relative_change DOUBLE, source_relative_change DOUBLE, "
+    "n_perturbed BIGINT, kind VARCHAR, control VARCHAR, scale DOUBLE, damage_kl DOUBLE, "
+    "damage_nll DOUBLE, source_damage_kl DOUBLE, source_damage_nll DOUBLE, dense_nll DOUBLE, "
+    "matched BOOLEAN"
+)
+
+
 def report_rows(paths) -> list[tuple]:
-    """(model, method, structure, sparsity, seed, source_method, relative_change,
-    source_relative_change, n_perturbed) of each twin's perturbation.json (a file, or the
-    checkpoint folder holding it), for the aggregation's `perturbations` table."""
+    """The `perturbations` table's rows (PERTURBATIONS_TABLE) of each twin's or placebo's
+    perturbation.json (a file, or the checkpoint folder holding it): its key, seed, source,
+    relative changes, Linears perturbed, kind, control ('placebo' or NULL), scale, damage (KL,
+    NLL) and its source's, the dense model's NLL on the same text, and whether the damage
+    matched (NULL for size twins, which match the size). Reports written before the damage
+    measure get NULL damage and kind 'size'."""
     rows = []
     for p in paths:
         p = Path(p)
@@ -229,6 +447,15 @@ def report_rows(paths) -> list[tuple]:
                 float(r["relative_change"]),
                 float(r["source_relative_change"]),
                 int(r["n_perturbed"]),
+                r.get("kind", "size"),
+                r.get("control"),
+                float(r.get("scale", 1.0)),
+                r.get("damage_kl"),
+                r.get("damage_nll"),
+                r.get("source_damage_kl"),
+                r.get("source_damage_nll"),
+                r.get("dense_nll"),
+                r.get("matched"),
             )
         )
     return rows

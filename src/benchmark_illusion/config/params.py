@@ -86,6 +86,9 @@ def prune(config: dict, model_name: str, method: str) -> dict:
     The batch size only for methods that read calibration windows, sparsegpt's settings only
     for sparsegpt: a change re-prunes only the checkpoints it affects.
     """
+    from benchmark_illusion.compression.names import parse_replicate
+
+    method = parse_replicate(method)[0]  # a replicate <method>-s<seed>: its seed is its input's
     p = config["pruning"]
     params = {"dtype": config["models"][model_name]["dtype"], "tolerance": p["tolerance"]}
     if method != "magnitude":
@@ -99,6 +102,9 @@ def quantize(config: dict, model_name: str, method: str) -> dict:
     """What changes one quantized checkpoint besides its grid (the grid is in its path, so a
     new group size or bit width adds checkpoints instead of replacing them): GPTQ's settings
     only for gptq."""
+    from benchmark_illusion.compression.names import parse_replicate
+
+    method = parse_replicate(method)[0]
     q = config["quantization"]
     params = {"dtype": config["models"][model_name]["dtype"]}
     if method == "gptq":

@@ -187,9 +187,35 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
         )
     if quant.get("methods") and not quant.get("bits", [8, 4, 3]):
         errors.append("quantization.bits: methods are set but there is no bit width to quantize to")
+    errors += _control_errors(config)
     errors += _concept_errors(config, root)
     if not errors:
         errors += _heldout_size_errors(config, root)
+    return errors
+
+
+def _control_errors(config: dict) -> list[str]:
+    """The negative control needs a compressed method of the grid and damage-matched twins."""
+    controls = config.get("controls") or {}
+    negative = controls.get("negative")
+    if negative is None:
+        return []
+    pert = controls.get("perturbation") or {}
+    methods = list((config.get("pruning") or {}).get("methods", [])) + list(
+        (config.get("quantization") or {}).get("methods", [])
+    )
+    errors = []
+    if negative not in methods:
+        errors.append(
+            f"controls.negative: {negative!r} is no method of pruning.methods or "
+            f"quantization.methods ({', '.join(methods) or 'none'}): the placebo copies the "
+            "damage of that method's checkpoints"
+        )
+    if not pert.get("seeds") or "damage" not in pert.get("match", ["damage"]):
+        errors.append(
+            "controls.negative: the placebo is compared with its source's damage-matched twins; "
+            "set controls.perturbation.seeds and keep damage in controls.perturbation.match"
+        )
     return errors
 
 
@@ -255,7 +281,7 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     datasets = config.get("datasets", {})
     if any(d.get("source") in HUB_LANGUAGES for d in datasets.values()):
         return []  # passages are known only after download
-    need = cal.get("n_windows", 16) * cal.get("seq_len", 128)
+    need = (cal.get("n_windows", 16) + cal.get("damage_windows", 8)) * cal.get("seq_len", 128)
     only = cal.get("languages")
     chars = 0
     for d in datasets.values():
@@ -266,7 +292,7 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
             chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
     if chars < need:
         return [
-            f"calibration: n_windows x seq_len = {need} tokens, "
+            f"calibration: (n_windows + damage_windows) x seq_len = {need} tokens, "
             "but all passages of the configured datasets "
             f"hold only {chars} characters, and held-out calibration text is a part of them; lower "
             f"calibration.n_windows or calibration.seq_len, or use source text_files or c4_hub"
@@ -310,7 +336,9 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
             "but there is no sparsity and no N:M pattern to prune to"
         )
     if calibration.get("source") == "text_files":
-        need = calibration.get("n_windows", 16) * calibration.get("seq_len", 128)
+        need = (
+            calibration.get("n_windows", 16) + calibration.get("damage_windows", 8)
+        ) * calibration.get("seq_len", 128)
         chars = 0
         for j, p in enumerate(calibration.get("paths", [])):
             if not (root / p).is_file():
@@ -321,7 +349,7 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
         # certainly too little (the exact count is checked when the windows are cut).
         if chars and chars < need:
             errors.append(
-                f"calibration: n_windows x seq_len = {need} tokens, "
+                f"calibration: (n_windows + damage_windows) x seq_len = {need} tokens, "
                 f"but calibration.paths hold only {chars} characters"
             )
     return errors

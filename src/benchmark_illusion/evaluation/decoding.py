@@ -48,6 +48,24 @@ class Tokens:
     def encode(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=self.special)["input_ids"]
 
+    def gold_first_tokens(self, answers) -> list[int]:
+        """The tokens a gold can start with when written: the first token of every gold alone,
+        after a space and after the continuation separator, as written and with its first
+        letter upper- and lower-cased; blank tokens (a lone space) left out. What the positive
+        control forbids."""
+        out = set()
+        for a in answers:
+            a = a.strip()
+            if not a:
+                continue
+            for v in {a, a[0].upper() + a[1:], a[0].lower() + a[1:]}:
+                for prefix in {"", " ", self.sep}:
+                    ids = self.tok(prefix + v, add_special_tokens=False)["input_ids"]
+                    first = next((i for i in ids if not self.is_blank(i)), None)
+                    if first is not None:
+                        out.add(first)
+        return sorted(out)
+
     def continuation(
         self, prompt_text: str, prompt_ids: list[int], answer: str
     ) -> tuple[list[int], int]:
@@ -144,6 +162,7 @@ def decode_grouped(
     settings: EvalSettings,
     item_ids: list[str],
     fmt: str,
+    bans: list[list[int]] | None = None,
 ):
     """Greedy answers of prefilled batches, decoded together settings.decode_rows rows at a time.
 
@@ -154,7 +173,8 @@ def decode_grouped(
     (`generation.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
     holds no more rows than fit that many tokens at its widest prompt plus the decode room (one
     batch always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
-    seconds per row). budget, item_ids: per item index; fmt: the format, for errors.
+    seconds per row). budget, item_ids, bans (token ids a row may not write; None: none): per
+    item index; fmt: the format, for errors.
     """
     group: list = []
 
@@ -164,7 +184,14 @@ def decode_grouped(
         room = max(budget[i] for i in ids)
         state = generation.stack([st for _, st, _ in group], room=room)  # frees their caches
         with BatchItems(fmt, [item_ids[i] for i in ids]):
-            gen = generation.greedy(model, state, [budget[i] for i in ids], stop, pad_id)
+            gen = generation.greedy(
+                model,
+                state,
+                [budget[i] for i in ids],
+                stop,
+                pad_id,
+                ban=[bans[i] for i in ids] if bans is not None else None,
+            )
         dt = (time.perf_counter() - t0) / len(ids)
         at = 0
         for batch, _, payload in group:
@@ -187,6 +214,14 @@ def decode_grouped(
             group = []
     if group:
         yield from flush()
+
+
+def forbidden(toks: Tokens, rows: list[dict], settings) -> list[list[int]] | None:
+    """Per row, the tokens its decodes may not write: each gold's first tokens when the
+    settings ask for it (the positive control), else None."""
+    if not getattr(settings, "forbid_gold_first_token", False):
+        return None
+    return [toks.gold_first_tokens(r["answers"]) for r in rows]
 
 
 def gold_tokens(toks: Tokens, answers) -> int:
@@ -335,7 +370,17 @@ def greedy_format(
             yield batch, state, (time.perf_counter() - t0) / len(batch)
             bar.update(len(batch))
 
-    grouped = decode_grouped(model, prefilled(), budget, stop, toks.pad_id, settings, item_ids, fmt)
+    grouped = decode_grouped(
+        model,
+        prefilled(),
+        budget,
+        stop,
+        toks.pad_id,
+        settings,
+        item_ids,
+        fmt,
+        bans=forbidden(toks, rows, settings),
+    )
     for batch, t_prefill, gen, t_gen in grouped:
         for b, i in enumerate(batch):
             out.append(

@@ -23,6 +23,7 @@ from benchmark_illusion.evaluation.decoding import (
     Tokens,
     budgets,
     decode_grouped,
+    forbidden,
     format_prompts,
     generated_row,
     greedy_format,
@@ -195,7 +196,15 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                 yield batch, state, (best, t_prefill / len(batch))
 
     grouped = decode_grouped(
-        model, prefilled(), budget, stop, toks.pad_id, settings, item_ids, "open"
+        model,
+        prefilled(),
+        budget,
+        stop,
+        toks.pad_id,
+        settings,
+        item_ids,
+        "open",
+        bans=forbidden(toks, rows, settings),
     )
     for batch, (best, t_prefill), gen, t_gen in grouped:
         for b, i in enumerate(batch):

@@ -201,9 +201,29 @@ class StopRule:
         return False, has_content
 
 
+def ban_mask(ban, rows: int, vocab: int, device) -> torch.Tensor | None:
+    """[rows, vocab] True where a row's decode may not write the token (ban: per row, a list of
+    token ids; None: no ban). The positive control forbids each gold's first token this way."""
+    if ban is None:
+        return None
+    if len(ban) != rows:
+        raise ValueError(f"{len(ban)} ban lists for {rows} rows")
+    mask = torch.zeros((rows, vocab), dtype=torch.bool, device=device)
+    for r, ids in enumerate(ban):
+        ids = [i for i in ids if 0 <= i < vocab]
+        if ids:
+            mask[r, torch.tensor(ids, device=device)] = True
+    return mask
+
+
 @torch.inference_mode()
 def greedy(
-    model, state: Prefill, budgets: int | list[int], stop: StopRule, pad_id: int
+    model,
+    state: Prefill,
+    budgets: int | list[int],
+    stop: StopRule,
+    pad_id: int,
+    ban: list[list[int]] | None = None,
 ) -> list[list[int]]:
     """Greedy continuation of every row from its prefill; returns the generated ids per row,
     without the stop token.
@@ -211,7 +231,8 @@ def greedy(
     budgets: new tokens per row (one int: the same for every row). The state's cache is
     consumed: decoded tokens are written in place (plain layers are first moved into
     RoomyLayers, see `stack`). Finished rows are fed padding and leave the batch once a quarter
-    of it is finished, so a long answer does not keep the short ones' rows running.
+    of it is finished, so a long answer does not keep the short ones' rows running. ban: per
+    row, token ids it may never write (`ban_mask`).
     """
     device = state.mask.device
     B = state.mask.shape[0]
@@ -227,7 +248,10 @@ def greedy(
     has_content = [False] * B
     rows = torch.arange(B, device=device)  # the rows in the cache, in cache order
     kw = _cache_kwarg(model)
+    banned = ban_mask(ban, B, state.last_logits.shape[-1], device)
     for _ in range(steps):
+        if banned is not None:
+            logits = logits.masked_fill(banned[rows], float("-inf"))
         nxt = logits.argmax(-1)  # [rows]
         for row, t in zip(rows.tolist(), nxt.tolist(), strict=True):
             if live[row]:
@@ -269,6 +293,7 @@ def beam_search(
     budgets: list[int],
     stop_ids,
     length_penalty: float = 1.0,
+    ban: list[list[int]] | None = None,
 ) -> list[list[list[int]]]:
     """Beam search from a shared prefill: per row, `num_beams` hypotheses, best first.
 
@@ -277,7 +302,8 @@ def beam_search(
     continuations per step; a hypothesis finishes on a stop id or at its row's budget), so the
     outputs equal `generate(num_beams=K, num_return_sequences=K, early_stopping=True)`. What
     differs is the cost: the prompt runs once per row, not once per beam, and each row has its
-    own budget. Returns the tokens of each hypothesis without its stop token.
+    own budget. ban: per row, token ids no hypothesis may write. Returns the tokens of each
+    hypothesis without its stop token.
     """
     B, K = state.mask.shape[0], num_beams
     device = state.mask.device
@@ -299,7 +325,11 @@ def beam_search(
     scores = torch.full((B, K), -1e9, device=device)
     finished = torch.zeros((B, K), dtype=torch.bool, device=device)
     improvable = torch.ones((B, 1), dtype=torch.bool, device=device)
+    banned = ban_mask(ban, B, vocab, device)
     for t in range(steps):
+        if banned is not None:
+            logits = logits.view(B, K, vocab).masked_fill(banned[:, None, :], float("-inf"))
+            logits = logits.view(B * K, vocab)
         acc = torch.log_softmax(logits, -1).view(B, K, vocab) + run_scores[:, :, None]
         top_lp, top_idx = torch.topk(acc.view(B, K * vocab), k=keep)
         src, tok = top_idx // vocab, top_idx % vocab
@@ -351,6 +381,7 @@ def sample(
     generator: torch.Generator,
     top_p: float = 1.0,
     temperature: float = 1.0,
+    ban: list[list[int]] | None = None,
 ) -> list[list[list[int]]]:
     """`n` nucleus samples per row from a shared prefill (no top-k).
 
@@ -361,7 +392,8 @@ def sample(
     rows, the draws are the same. A sample ends on a stop token, at its row's budget, or on a
     line break after some content (judging reads the first non-empty line). Finished rows
     stop being computed, but a draw is still made for them so later draws do not move.
-    Returns the tokens of each sample without the stop token.
+    ban: per row, token ids no sample of it may write. Returns the tokens of each sample
+    without the stop token.
     """
     B = state.mask.shape[0]
     device = state.mask.device
@@ -374,7 +406,12 @@ def sample(
     rows = torch.arange(N, device=device)  # the rows in the cache, in cache order
     has_content = [False] * N
     kw = _cache_kwarg(model)
+    banned = ban_mask(ban, B, logits.shape[-1], device)
+    if banned is not None:
+        banned = banned.repeat_interleave(n, 0)
     for _ in range(max(budgets)):
+        if banned is not None:
+            logits = logits.masked_fill(banned[rows], float("-inf"))
         scores = logits / temperature if temperature != 1.0 else logits
         if top_p < 1.0:
             sorted_logits, order = torch.sort(scores, descending=False)

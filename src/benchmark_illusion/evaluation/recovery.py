@@ -36,6 +36,7 @@ from benchmark_illusion.evaluation.decoding import (
     BatchItems,
     batches,
     budgets,
+    forbidden,
     format_prompts,
     generated_row,
     greedy_format,
@@ -64,6 +65,7 @@ def recovery_rows(
     if rec.beam or rec.sample:
         budget = budgets(toks, rows, floor, settings.budget_margin)
         texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
+        bans = forbidden(toks, rows, settings)
         decodes = [d for d, on in (("beam", rec.beam), ("sample", rec.sample)) if on]
         bar = tqdm(
             total=len(rows),
@@ -83,7 +85,12 @@ def recovery_rows(
                 if decode == "beam":
                     with BatchItems("recovery beam", names):
                         seqs = generation.beam_search(
-                            model, state, rec.num_beams, row_budgets, stop.stop_ids
+                            model,
+                            state,
+                            rec.num_beams,
+                            row_budgets,
+                            stop.stop_ids,
+                            ban=[bans[i] for i in batch] if bans is not None else None,
                         )
                 else:
                     # Seeded per batch: batches are fixed by length sorting, so reruns draw
@@ -100,6 +107,7 @@ def recovery_rows(
                             gen,
                             top_p=rec.top_p,
                             temperature=rec.temperature,
+                            ban=[bans[i] for i in batch] if bans is not None else None,
                         )
                 k = rec.num_beams if decode == "beam" else rec.num_samples
                 dt = (t_prefill + time.perf_counter() - t1) / (len(batch) * k)

@@ -63,3 +63,6 @@ class EvalSettings:
     sentence_slack: int = 4
     seed: int = 1234
     recovery: RecoverySettings = field(default_factory=RecoverySettings.only)  # off unless asked
+    # the positive control (a checkpoint's control.json, never the config): every decode is
+    # forbidden each gold's first token; mc scoring is untouched
+    forbid_gold_first_token: bool = False
