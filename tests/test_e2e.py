@@ -1489,14 +1489,15 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     }
     # with a perturbation seed, each variant gets its twin like every compressed checkpoint
     twins = yaml.safe_load(path.read_text())
-    twins["controls"] = {"perturbation": {"seeds": [0]}}
+    twins["controls"] = {"perturbation": {"seeds": [0], "match": ["damage", "size"]}}
     (tmp_path / "twins.yaml").write_text(yaml.safe_dump(twins, sort_keys=False))
     res = snakemake(copy, tmp_path / "twins.yaml", "-n")
     assert res.returncode == 0, res.stderr[-3000:]
     plan = planned_jobs(res.stdout + res.stderr)
     n_compressed = N_PRUNED + len(QUANTIZED) + 2
-    assert plan["perturb"] == n_compressed
-    assert "noise0-q4_0" in res.stdout + res.stderr and "noise0-mag30" in res.stdout + res.stderr
+    assert plan["perturb"] == 2 * n_compressed  # a damage and a size twin each
+    for twin in ("damage0-q4_0", "noise0-q4_0", "damage0-mag30", "noise0-mag30"):
+        assert twin in res.stdout + res.stderr, twin
 
     res = snakemake(copy, path)
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
@@ -1576,6 +1577,58 @@ Path(sys.argv[2]).write_text("ready")
 while not Path(sys.argv[3]).exists():
     time.sleep(0.05)
 """
+
+
+def test_the_paired_test_flags_the_positive_control_and_not_the_negative(smoke_run, tmp_path):
+    """The whole pipeline's controls on the bundled model, beside the smoke run's files (hard
+    links): Wanda 30 % with its damage-matched twin, the positive control `forbid` (the dense
+    weights, each gold's first token forbidden in every decode, mc untouched) and the negative
+    control placebo-wanda (noise at Wanda's damage, evaluated as if compressed). The paired test
+    must flag the first and not the second; the twins' damage matches Wanda's."""
+    work, cfg = smoke_run
+    copy = tmp_path / "run"
+    link_copy(work, copy)
+    edited = yaml.safe_load(cfg.read_text())
+    edited["pruning"] = {"methods": ["wanda"], "sparsities": [0.3]}
+    edited["quantization"] = {"methods": []}
+    edited["concepts"] = {"enabled": False}
+    edited["controls"] = {
+        "perturbation": {"seeds": [0], "match": ["damage"]},
+        "positive": True,
+        "negative": "wanda",
+    }
+    path = tmp_path / "controls.yaml"
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    res = snakemake(copy, path)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    con = duckdb.connect(str(copy / "results/metrics.duckdb"), read_only=True)
+    rows = {
+        r[0]: r[1:]
+        for r in con.execute(
+            "SELECT method, control, mc_only, floor_mc_only, mc_only_diff, diff_ci_low, "
+            "diff_ci_high, flagged, n_items FROM illusion"
+        ).fetchall()
+    }
+    assert set(rows) == {"wanda", "forbid", "placebo-wanda"}, rows
+    ctl, mc_only, floor, diff, lo, hi, flagged, n = rows["forbid"]
+    # positive: the decodes cannot write the gold, mc still finds it; its floor is the dense model
+    assert ctl == "positive" and flagged and lo > 0 and mc_only >= 0.8 and floor == 0, rows
+    ctl, mc_only, floor, diff, lo, hi, flagged, n = rows["placebo-wanda"]
+    assert ctl == "negative" and not flagged and lo <= 0 <= hi, rows
+    # the open answers the positive control gives contain no gold's first token
+    open_forbid = con.execute(
+        "SELECT avg(open_correct::INT), avg(mc_correct::INT) FROM item_outcomes "
+        "WHERE method = 'forbid'"
+    ).fetchone()
+    assert open_forbid[0] <= 0.2 and open_forbid[1] == 1.0, open_forbid
+    # the twins' and the placebo's damage match Wanda's (KL on the held-out windows)
+    dmg = con.execute(
+        "SELECT method, kl, source_kl, matched FROM damage ORDER BY method"
+    ).fetchall()
+    assert [d[0] for d in dmg] == ["damage0-wanda", "placebo-wanda"]
+    for method, kl, source_kl, matched in dmg:
+        assert matched and kl == pytest.approx(source_kl, rel=0.02), method
+    con.close()
 
 
 def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tmp_path):

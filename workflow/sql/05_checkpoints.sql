@@ -25,7 +25,15 @@
 --                 'variant'; the `variants` table): bits, group_size and weight_bits as measured
 --                 on its weights or read from its GGUF file, never as claimed in the config;
 --                 variant_method the config's free text, measured_sparsity the share of zeros
---   seed, source_method  a twin's seed and the method of the checkpoint it copies (NULL otherwise)
+--   family 'control': the positive control `forbid` (the dense weights, gold first tokens
+--                 forbidden in every decode) and the negative control placebo-<source> (noise at
+--                 the source's damage, evaluated as if compressed); control 'positive' / 'negative'
+--   seed, source_method  a twin's seed and the method of the checkpoint it copies (a placebo's
+--                 source too; NULL otherwise)
+--   twin_kind     a twin's floor: 'size' (noise<seed>-), 'damage' (damage<seed>-), 'structure'
+--                 (mask<seed>-); NULL otherwise
+--   base_method, calibration_seed  a replicate <method>-s<seed>: its method and seed (the first
+--                 replicate of a method keeps the plain name: its seed is NULL here)
 --   relative_change  sqrt(sum ||W' - W||_F^2 / sum ||W||_F^2) over the Linears the compression
 --                 changed, W the dense weights: a twin's measured change, and for a compressed
 --                 checkpoint with twins its own (the one its twins matched, from their
@@ -33,13 +41,25 @@
 CREATE OR REPLACE TABLE checkpoints AS
 WITH keys AS (
     SELECT DISTINCT model, method, structure, sparsity,
-           nullif(regexp_extract(method, '^noise(0|[1-9][0-9]*)-(.+)$', 1), '')::BIGINT AS seed,
-           nullif(regexp_extract(method, '^noise(0|[1-9][0-9]*)-(.+)$', 2), '')         AS source_method
+           nullif(regexp_extract(method, '^(noise|damage|mask)(0|[1-9][0-9]*)-(.+)$', 2), '')::BIGINT AS seed,
+           coalesce(nullif(regexp_extract(method, '^(noise|damage|mask)(0|[1-9][0-9]*)-(.+)$', 3), ''),
+                    nullif(regexp_extract(method, '^placebo-(.+)$', 1), '')) AS source_method,
+           CASE regexp_extract(method, '^(noise|damage|mask)(0|[1-9][0-9]*)-', 1)
+               WHEN 'noise' THEN 'size' WHEN 'damage' THEN 'damage' WHEN 'mask' THEN 'structure'
+           END AS twin_kind,
+           CASE WHEN method = 'forbid' THEN 'positive'
+                WHEN regexp_matches(method, '^placebo-') THEN 'negative' END AS control,
+           -- a replicate <method>-s<seed> of a calibrated method: its base method and seed
+           CASE WHEN regexp_matches(method, '^(magnitude|wanda|sparsegpt|rtn|gptq)-s(0|[1-9][0-9]*)$')
+                THEN regexp_extract(method, '^(.+)-s(0|[1-9][0-9]*)$', 1) ELSE method END AS base_method,
+           CASE WHEN regexp_matches(method, '^(magnitude|wanda|sparsegpt|rtn|gptq)-s(0|[1-9][0-9]*)$')
+                THEN regexp_extract(method, '-s(0|[1-9][0-9]*)$', 1)::BIGINT END AS calibration_seed
     FROM generations
 ),
 parsed AS (
     SELECT k.*,
            CASE WHEN method = 'dense' THEN 'dense'
+                WHEN control IS NOT NULL THEN 'control'
                 WHEN source_method IS NOT NULL THEN 'perturbation'
                 WHEN structure = 'variant' THEN 'variant'
                 WHEN regexp_matches(structure, '^int[0-9]+-') THEN 'quantization'
@@ -59,6 +79,7 @@ sized AS (
            CASE family
                WHEN 'dense' THEN coalesce(ms.bits_per_weight, 16.0)
                WHEN 'perturbation' THEN 16.0
+               WHEN 'control' THEN coalesce(ms.bits_per_weight, 16.0)
                WHEN 'variant' THEN variant_weight_bits
                WHEN 'quantization' THEN bits + coalesce(
                    (16 + CASE WHEN structure LIKE '%-sym' THEN 0 ELSE bits END) / group_size, 0)
@@ -70,7 +91,8 @@ sized AS (
 )
 SELECT s.model, s.method, s.structure, s.sparsity, s.family, s.bits, s.group_size,
        s.symmetric_grid, s.weight_bits, round(16 / s.weight_bits, 4) AS compression,
-       s.seed, s.source_method, coalesce(t.relative_change, src.relative_change) AS relative_change,
+       s.seed, s.source_method, s.twin_kind, s.control, s.base_method, s.calibration_seed,
+       coalesce(t.relative_change, src.relative_change) AS relative_change,
        ms.weight_type AS source_weight_type, ms.bits_per_weight AS source_bits_per_weight,
        s.variant_method, s.measured_sparsity
 FROM sized s

@@ -1,25 +1,32 @@
--- perturbation_item_values: the perturbed twins' item values, averaged over seeds, keyed by the
--- compressed checkpoint they copy the size of. Definitions: docs/metrics.md ("The two floors").
+-- perturbation_item_values: the twins' item values, averaged over seeds, keyed by the compressed
+-- checkpoint they copy and by their kind (floor). Definitions: docs/metrics.md ("The floors").
 --
--- A twin is the dense model with seeded Gaussian noise of a pruned or quantized checkpoint's
--- relative size per Linear (rule `perturb`): method noise<seed>-<source method>, the source's
--- structure and sparsity. Here each twin's row of a selected item becomes a row of its source
--- checkpoint (method = the source method), and the rows of one item over the seeds are averaged:
+-- A twin is the dense model changed by seeded noise (rule `perturb`): method
+-- <prefix><seed>-<source method>, prefix noise (floor 'size': the source's relative size per
+-- Linear), damage (floor 'damage': scaled to the source's KL from the dense model on held-out
+-- text) or mask (floor 'structure': a random mask of the source's sparsity, scaled to its
+-- damage); the source's structure and sparsity. Here each twin's row of a selected item becomes
+-- a row of its source checkpoint (method = the source method), and the rows of one item over
+-- the seeds are averaged:
+--   floor    size, damage or structure
 --   value    mean over the twins (seeds) of the item's value
 --   n_seeds  twins with a value for the item
--- Metrics: the MC-only rate (mc_only, mc_only_guess_adj) and every drop (drop_<format>), the
--- columns the floor is shown beside in mc_only and support_gradient. Same columns as item_values
--- (plus n_seeds), so that the bootstrap step computes its intervals on the same item resamples
--- as every rate (bootstrap.create_perturbation_intervals, before 27_perturbation.sql); with
--- several seeds the interval is that of the seed-averaged floor, paired by item.
+-- Metrics: the MC-only rate under both verdicts (mc_only, sent_mc_only), mc_only_guess_adj and
+-- every drop (drop_<format>). Same columns as item_values (plus floor and n_seeds); the
+-- intervals come from the bootstrap step (bootstrap.create_perturbation_intervals, before
+-- 27_perturbation.sql), which resamples items per floor.
 CREATE OR REPLACE VIEW perturbation_item_values AS
 SELECT population, model, source_method AS method, structure, sparsity, dataset, lang, item_id,
-       metric, avg(value) AS value, count(*) AS n_seeds
+       metric, floor, avg(value) AS value, count(*) AS n_seeds
 FROM (
-    SELECT *, regexp_extract(method, '^noise(0|[1-9][0-9]*)-(.+)$', 2) AS source_method
+    SELECT *,
+           regexp_extract(method, '^(noise|damage|mask)(0|[1-9][0-9]*)-(.+)$', 3) AS source_method,
+           CASE regexp_extract(method, '^(noise|damage|mask)', 1)
+               WHEN 'noise' THEN 'size' WHEN 'damage' THEN 'damage' ELSE 'structure' END AS floor
     FROM item_values
     WHERE population = 'selected'
-      AND regexp_matches(method, '^noise(0|[1-9][0-9]*)-.+$')
-      AND (metric IN ('mc_only', 'mc_only_guess_adj') OR metric LIKE 'drop\_%' ESCAPE '\')
+      AND regexp_matches(method, '^(noise|damage|mask)(0|[1-9][0-9]*)-.+$')
+      AND (metric IN ('mc_only', 'sent_mc_only', 'mc_only_guess_adj')
+           OR metric LIKE 'drop\_%' ESCAPE '\')
 )
-GROUP BY population, model, source_method, structure, sparsity, dataset, lang, item_id, metric;
+GROUP BY population, model, source_method, structure, sparsity, dataset, lang, item_id, metric, floor;

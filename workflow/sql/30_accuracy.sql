@@ -75,8 +75,10 @@ ORDER BY a.model, a.method, a.structure, a.sparsity, a.dataset, a.lang, a.format
 -- selection run, so its drop is the noise floor (the same weights evaluated twice), repeated in
 -- every row as `noise_floor` (the numeric floor: 0 when the evaluation reproduces itself, as in
 -- float32 on a CPU). perturbation_floor (+ _ci_low, _ci_high, perturbation_seeds): the drop of
--- the checkpoint's perturbed twins (dense + noise of the same relative size per Linear),
--- averaged over seeds (perturbation_floor table); NULL for dense, the twins themselves, and
+-- the checkpoint's twins, averaged over seeds (perturbation_floor table): the damage-matched
+-- twins (noise scaled to the checkpoint's KL from the dense model), else the size-matched ones
+-- (perturbation_floor_kind says which); size_floor (+ _ci_low, _ci_high) the size-matched
+-- twins' drop. A placebo's floors are its source's. NULL for dense, the twins themselves, and
 -- without controls.perturbation.seeds. The expectation of Wen et al. (arXiv:2606.17609) is a
 -- gradient: open drops most, candidates less, mc least. Formats: open, candidates, mc, mc_norm,
 -- mc_bytes. reference_accuracy = accuracy + drop (paired over the same items). drop_sentence (sentence_ci_*): the same drop
@@ -91,8 +93,12 @@ SELECT d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang,
        d.value     AS drop,
        d.ci_low, d.ci_high,
        floor.value AS noise_floor, floor.ci_low AS noise_floor_ci_low, floor.ci_high AS noise_floor_ci_high,
-       pf.value AS perturbation_floor, pf.ci_low AS perturbation_floor_ci_low,
-       pf.ci_high AS perturbation_floor_ci_high, pf.n_seeds AS perturbation_seeds,
+       coalesce(pf.value, ps.value) AS perturbation_floor,
+       coalesce(pf.ci_low, ps.ci_low) AS perturbation_floor_ci_low,
+       coalesce(pf.ci_high, ps.ci_high) AS perturbation_floor_ci_high,
+       coalesce(pf.n_seeds, ps.n_seeds) AS perturbation_seeds,
+       CASE WHEN pf.value IS NOT NULL THEN 'damage' WHEN ps.value IS NOT NULL THEN 'size' END AS perturbation_floor_kind,
+       ps.value AS size_floor, ps.ci_low AS size_floor_ci_low, ps.ci_high AS size_floor_ci_high,
        ds.value AS drop_sentence, ds.ci_low AS sentence_ci_low, ds.ci_high AS sentence_ci_high
 FROM rates d
 JOIN rate_of(replace(d.metric, 'drop_', 'acc_'), 'selected') acc
@@ -102,8 +108,10 @@ LEFT JOIN rate_of(d.metric, 'selected') floor
  AND (floor.model, floor.dataset, floor.lang) = (d.model, d.dataset, d.lang)
 LEFT JOIN rate_of('sent_' || d.metric, 'selected') ds
   ON (ds.model, ds.method, ds.structure, ds.sparsity, ds.dataset, ds.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
-LEFT JOIN perturbation_floor_of(d.metric) pf
-  ON (pf.model, pf.method, pf.structure, pf.sparsity, pf.dataset, pf.lang) = (d.model, d.method, d.structure, d.sparsity, d.dataset, d.lang)
+LEFT JOIN perturbation_floor_of(d.metric, 'damage') pf
+  ON (pf.model, pf.method, pf.structure, pf.sparsity, pf.dataset, pf.lang) = (d.model, floor_source(d.method), d.structure, d.sparsity, d.dataset, d.lang)
+LEFT JOIN perturbation_floor_of(d.metric, 'size') ps
+  ON (ps.model, ps.method, ps.structure, ps.sparsity, ps.dataset, ps.lang) = (d.model, floor_source(d.method), d.structure, d.sparsity, d.dataset, d.lang)
 WHERE d.metric LIKE 'drop\_%' ESCAPE '\' AND d.population = 'selected'
 ORDER BY d.model, d.method <> 'dense', d.method, d.structure, d.sparsity, d.dataset, d.lang,
          array_position(['open', 'candidates', 'mc', 'mc_norm', 'mc_bytes'], replace(d.metric, 'drop_', ''));

@@ -12,10 +12,15 @@
 --   noise_floor        the dense model's own MC-only rate on the same benchmark (evaluated by the
 --                      same rule as the checkpoints; its open and mc answers were right in the
 --                      selection run): the numeric floor, 0 in float32 on a CPU
---   perturbation_floor the MC-only rate of the checkpoint's perturbed twins (the dense model with
---                      seeded noise of the same relative size per Linear), averaged over seeds,
---                      with its interval and perturbation_seeds (table perturbation_floor): what
---                      any change of this size does. NULL for dense and the twins themselves
+--   perturbation_floor the MC-only rate of the checkpoint's damage-matched twins (the dense model
+--                      with seeded noise scaled to the checkpoint's KL from the dense model on
+--                      held-out text; without them, the size-matched ones:
+--                      perturbation_floor_kind), averaged over seeds, with its Wilson interval
+--                      and perturbation_seeds (table perturbation_floor): what any change of this
+--                      damage does. perturbation_floor_sentence: the same under the sentence
+--                      verdict. size_floor, size_floor_sentence: the size-matched twins'. A
+--                      placebo's floors are its source's. NULL for dense and the twins themselves.
+--                      The paired difference with its interval is in illusion_test
 --   mc_only_guess_adj  MC-only rate minus (1 - open accuracy) / K: the part a model that guesses
 --                      among the K options when it cannot produce the answer would not reach
 --   mc_only_guess_adj_nopassage  the same with the guessing measured: MC-only rate minus the
@@ -55,8 +60,16 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        c.n_mc_only,
        m.value AS mc_only_rate, m.ci_low AS mc_only_ci_low, m.ci_high AS mc_only_ci_high,
        f.value AS noise_floor, f.ci_low AS noise_floor_ci_low, f.ci_high AS noise_floor_ci_high,
-       pf.value AS perturbation_floor, pf.ci_low AS perturbation_floor_ci_low,
-       pf.ci_high AS perturbation_floor_ci_high, pf.n_seeds AS perturbation_seeds,
+       coalesce(pf.value, ps.value) AS perturbation_floor,
+       coalesce(pf.ci_low, ps.ci_low) AS perturbation_floor_ci_low,
+       coalesce(pf.ci_high, ps.ci_high) AS perturbation_floor_ci_high,
+       coalesce(pf.n_seeds, ps.n_seeds) AS perturbation_seeds,
+       CASE WHEN pf.value IS NOT NULL THEN 'damage' WHEN ps.value IS NOT NULL THEN 'size' END AS perturbation_floor_kind,
+       coalesce(pfs.value, pss.value) AS perturbation_floor_sentence,
+       coalesce(pfs.ci_low, pss.ci_low) AS perturbation_floor_sentence_ci_low,
+       coalesce(pfs.ci_high, pss.ci_high) AS perturbation_floor_sentence_ci_high,
+       ps.value AS size_floor, ps.ci_low AS size_floor_ci_low, ps.ci_high AS size_floor_ci_high,
+       pss.value AS size_floor_sentence,
        g.value AS mc_only_guess_adj, g.ci_low AS guess_adj_ci_low, g.ci_high AS guess_adj_ci_high,
        -- guessing measured (mc without the passage) instead of assumed (1/K)
        gn.value AS mc_only_guess_adj_nopassage, gn.ci_low AS guess_adj_nopassage_ci_low,
@@ -93,8 +106,14 @@ LEFT JOIN rate_of('mc_only', 'selected') m
 LEFT JOIN rate_of('mc_only', 'selected') f
   ON f.method = 'dense'
  AND (f.model, f.dataset, f.lang) = (c.model, c.dataset, c.lang)
-LEFT JOIN perturbation_floor_of('mc_only') pf
-  ON (pf.model, pf.method, pf.structure, pf.sparsity, pf.dataset, pf.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN perturbation_floor_of('mc_only', 'damage') pf
+  ON (pf.model, pf.method, pf.structure, pf.sparsity, pf.dataset, pf.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN perturbation_floor_of('mc_only', 'size') ps
+  ON (ps.model, ps.method, ps.structure, ps.sparsity, ps.dataset, ps.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN perturbation_floor_of('sent_mc_only', 'damage') pfs
+  ON (pfs.model, pfs.method, pfs.structure, pfs.sparsity, pfs.dataset, pfs.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
+LEFT JOIN perturbation_floor_of('sent_mc_only', 'size') pss
+  ON (pss.model, pss.method, pss.structure, pss.sparsity, pss.dataset, pss.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('mc_only_guess_adj', 'selected') g
   ON (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN rate_of('mc_only_guess_adj_nopassage', 'selected') gn

@@ -4,8 +4,11 @@
 -- report_summary: one row per checkpoint x benchmark, and pooled (dataset = lang = 'all'), of
 -- checkpoints with a row in mc_only and accuracy: accuracy per format (open, candidates, mc,
 -- mc_nopassage: mc without the passage), delta_pr, the MC-only rate with its interval
--- (mc_only_rate_ci), its noise floor (floor: the numeric floor), its
--- perturbation floor with interval (pert_floor: the MC-only rate of its noise twins, NULL without) and guess-adjusted values (guess_adj: guessing
+-- (mc_only_rate_ci), its noise floor (floor: the numeric floor), the sentence MC-only rate of
+-- its damage-matched twins (floor_sentence; without them the size-matched ones: floor_kind) and
+-- the paired test against them (vs_floor: the checkpoint's family, replicates averaged, minus
+-- the floor, with its interval; flagged: the interval above 0; illusion_test), guess-adjusted
+-- values (guess_adj: guessing
 -- assumed, 1/K; guess_adj_nopassage: guessing measured without the passage), the share of MC-only items any decode recovers (recovered) and
 -- produces a distractor instead (false_rec: any of the K - 1, judged as the gold) from recovery's
 -- 'oracle' rows, the sentence-tolerant MC-only rate (mc_only_sentence_ci: the headline) beside
@@ -37,9 +40,15 @@ SELECT m.model, m.method, m.structure, m.sparsity, m.bits, m.dataset, m.lang, m.
        round(m.mc_only_sentence_lower, 2) AS mc_only_sentence_lower,
        printf('%.2f [%.2f, %.2f]', m.mc_only_rate, m.mc_only_ci_low, m.mc_only_ci_high) AS mc_only_rate_ci,
        round(m.noise_floor, 2) AS floor,
-       CASE WHEN m.perturbation_floor IS NOT NULL THEN
-           printf('%.2f [%.2f, %.2f]', m.perturbation_floor, m.perturbation_floor_ci_low,
-                  m.perturbation_floor_ci_high) END AS pert_floor,
+       round(coalesce(td.floor_mc_only, ts.floor_mc_only), 2) AS floor_sentence,
+       CASE WHEN td.mc_only_diff IS NOT NULL THEN
+                printf('%+.2f [%+.2f, %+.2f]', td.mc_only_diff, td.diff_ci_low, td.diff_ci_high)
+            WHEN ts.mc_only_diff IS NOT NULL THEN
+                printf('%+.2f [%+.2f, %+.2f]', ts.mc_only_diff, ts.diff_ci_low, ts.diff_ci_high)
+       END AS vs_floor,
+       CASE WHEN td.mc_only_diff IS NOT NULL THEN 'damage'
+            WHEN ts.mc_only_diff IS NOT NULL THEN 'size' END AS floor_kind,
+       coalesce(td.flagged, ts.flagged) AS flagged,
        round(m.mc_only_guess_adj, 2) AS guess_adj,
        round(m.mc_only_guess_adj_nopassage, 2) AS guess_adj_nopassage,
        round(o.recovered, 2) AS recovered, round(o.false_recovery_rate, 2) AS false_rec,
@@ -50,4 +59,13 @@ FROM mc_only m
 JOIN acc a USING (model, method, structure, sparsity, dataset, lang)
 LEFT JOIN delta_pr d USING (model, method, structure, sparsity, dataset, lang)
 LEFT JOIN any_decode o USING (model, method, structure, sparsity, dataset, lang)
+LEFT JOIN checkpoints k USING (model, method, structure, sparsity)
+LEFT JOIN illusion_test td
+  ON td.verdict = 'sentence' AND td.floor = 'damage'
+ AND (td.model, td.method, td.structure, td.sparsity, td.dataset, td.lang)
+   = (m.model, k.base_method, m.structure, m.sparsity, m.dataset, m.lang)
+LEFT JOIN illusion_test ts
+  ON ts.verdict = 'sentence' AND ts.floor = 'size'
+ AND (ts.model, ts.method, ts.structure, ts.sparsity, ts.dataset, ts.lang)
+   = (m.model, k.base_method, m.structure, m.sparsity, m.dataset, m.lang)
 ORDER BY m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang;

@@ -85,6 +85,14 @@ def parse_replicate(method: str, known: tuple[str, ...] = ()) -> tuple[str, int 
     return method, None
 
 
+def is_control(method: str) -> bool:
+    """A twin, a placebo or the positive control: a checkpoint the figures show as a floor or a
+    control of another, not as a method of its own."""
+    return (
+        method == FORBID or parse_perturbed(method) is not None or parse_placebo(method) is not None
+    )
+
+
 def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
     """(structure as the logs spell it, bits per weight or None) of a checkpoint path's parts:
     pruned '2of4' -> ('2:4', None); quantized 'int4-g128' -> ('int4-g128', 4); dense 'none'; a

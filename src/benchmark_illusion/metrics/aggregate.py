@@ -18,7 +18,7 @@ import duckdb
 
 from benchmark_illusion.compression import perturbation
 from benchmark_illusion.io import parquet_list
-from benchmark_illusion.metrics import bootstrap, dbfile, exact
+from benchmark_illusion.metrics import bootstrap, dbfile, exact, illusion
 from benchmark_illusion.models import variants
 
 log = logging.getLogger("benchmark_illusion")
@@ -46,10 +46,13 @@ def create_views(
                     'span', 'other_passage') and kind ('number', 'name', 'other'): n_options and
                     n_function_edge, how many start or end with a function word of the language
                     (`items.option_quality_rows`, `option_quality_rows`)
-    perturbations   (a table) one row per perturbed twin, from its perturbation.json (a file or
+    perturbations   (a table) one row per twin or placebo, from its perturbation.json (a file or
                     the checkpoint folder): model, method, structure, sparsity, seed,
                     source_method, relative_change (measured), source_relative_change (the
-                    compressed checkpoint's, which it matched), n_perturbed (Linears)
+                    compressed checkpoint's), n_perturbed (Linears), kind (size, damage,
+                    structure), control ('placebo' or NULL), scale, damage_kl, damage_nll (its
+                    damage on the held-out windows), source_damage_kl, source_damage_nll (the
+                    source's), dense_nll, matched (the damage search met its tolerance)
     model_sources   (a table) one row per model of `model_sources` (model -> its config's
                     source keys): model, source, weight_type and bits_per_weight of the
                     decoder's weight matrices as the source stores them (read from a GGUF
@@ -103,9 +106,7 @@ def create_views(
     _table(
         con,
         "perturbations",
-        "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, seed BIGINT, "
-        "source_method VARCHAR, relative_change DOUBLE, source_relative_change DOUBLE, "
-        "n_perturbed BIGINT",
+        perturbation.PERTURBATIONS_TABLE,
         perturbation.report_rows(perturbation_reports or []),
     )
     _table(
@@ -191,6 +192,8 @@ PYTHON_STEPS = {
     "25_rates.sql": bootstrap.create_rate_intervals,
     # the perturbation floor's intervals, over the twins' seed-averaged item values
     "27_perturbation.sql": bootstrap.create_perturbation_intervals,
+    # the paired test of every checkpoint against its floors (illusion_test)
+    "55_illusion.sql": illusion.create_illusion_test,
 }
 
 

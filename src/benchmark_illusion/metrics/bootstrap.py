@@ -200,6 +200,19 @@ def create_rate_intervals(
 
 def create_perturbation_intervals(con: duckdb.DuckDBPyConnection, variables: dict) -> None:
     """Create perturbation_intervals from perturbation_item_values (26_perturbation_items.sql):
-    the intervals of the perturbation floor, on the same item resamples as every rate, of the
-    per-item value averaged over a compressed checkpoint's perturbed twins (seeds)."""
-    create_rate_intervals(con, variables, "perturbation_item_values", "perturbation_intervals")
+    the intervals of every floor (size, damage, structure), on the same item resamples as every
+    rate, of the per-item value averaged over a compressed checkpoint's twins of that kind
+    (seeds). The floor rides in the metric's name through the bootstrap and is split off after."""
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW _floor_values AS SELECT * EXCLUDE (metric, floor), "
+        "floor || '/' || metric AS metric FROM perturbation_item_values"
+    )
+    try:
+        create_rate_intervals(con, variables, "_floor_values", "perturbation_intervals")
+    finally:
+        con.execute("DROP VIEW IF EXISTS _floor_values")
+    con.execute(
+        "CREATE OR REPLACE TABLE perturbation_intervals AS SELECT * EXCLUDE (metric), "
+        "split_part(metric, '/', 1) AS floor, split_part(metric, '/', 2) AS metric "
+        "FROM perturbation_intervals"
+    )

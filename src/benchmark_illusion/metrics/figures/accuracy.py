@@ -252,14 +252,14 @@ def accuracy_vs_size(con, path: Path) -> None:
         "a.ci_low, a.ci_high, c.weight_bits, c.family, c.group_size, c.symmetric_grid "
         "FROM accuracy a JOIN checkpoints c USING (model, method, structure, sparsity) "
         "WHERE a.dataset = 'all' AND a.format IN ('open', 'candidates', 'mc') "
-        "AND c.family <> 'perturbation'"
+        "AND c.family NOT IN ('perturbation', 'control')"
     ).pl()
     mc_only = con.sql(
         "SELECT m.model, m.method, m.structure, m.sparsity, 'mc_only' AS format, "
         "m.mc_only_rate AS value, m.mc_only_ci_low AS ci_low, m.mc_only_ci_high AS ci_high, "
         "c.weight_bits, c.family, c.group_size, c.symmetric_grid "
         "FROM mc_only m JOIN checkpoints c USING (model, method, structure, sparsity) "
-        "WHERE m.dataset = 'all' AND c.family <> 'perturbation'"
+        "WHERE m.dataset = 'all' AND c.family NOT IN ('perturbation', 'control')"
     ).pl()
     df = pl.concat([acc, mc_only], how="vertical_relaxed")
     panels = {**FORMATS, "mc_only": "MC-only rate (mc right, open wrong)"}

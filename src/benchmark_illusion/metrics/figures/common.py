@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # no display: select the backend before pyplot is importe
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from benchmark_illusion.compression.names import parse_perturbed  # noqa: E402
+from benchmark_illusion.compression.names import is_control  # noqa: E402
 from benchmark_illusion.io import atomic_path  # noqa: E402
 
 log = logging.getLogger("benchmark_illusion")
@@ -84,12 +84,10 @@ def _methods(df: pl.DataFrame) -> list[str]:
     """The pruning methods of the rows (the sparsity figures' panels and lines): neither dense
     nor quantized (a `bits` value; quantized checkpoints are drawn by accuracy_vs_size) nor a
     perturbed twin (noise0-wanda: its rates are drawn as the perturbation floor, where a figure
-    shows one, not as a method of their own)."""
+    shows one, not as a method of their own) nor a control (forbid, placebo-wanda)."""
     if "bits" in df.columns:
         df = df.filter(pl.col("bits").is_null())
-    return sorted(
-        m for m in df["method"].unique().to_list() if m != "dense" and parse_perturbed(m) is None
-    )
+    return sorted(m for m in df["method"].unique().to_list() if m != "dense" and not is_control(m))
 
 
 def _label_unstructured(structure: str) -> str:

@@ -11,7 +11,7 @@ matplotlib.use("Agg")  # no display: select the backend before pyplot is importe
 import matplotlib.pyplot as plt  # noqa: E402
 import polars as pl  # noqa: E402
 
-from benchmark_illusion.compression.names import parse_perturbed  # noqa: E402
+from benchmark_illusion.compression.names import is_control  # noqa: E402
 from benchmark_illusion.metrics.figures.common import (  # noqa: E402
     DECODES,
     FORMATS,
@@ -197,7 +197,7 @@ def position_bias(con, path: Path) -> None:
     df = con.sql("SELECT * FROM position_bias WHERE dataset = 'all'").pl()
     # the perturbed twins are controls of the MC-only rate and the drops, not checkpoints to show
     df = df.filter(
-        pl.col("method").map_elements(lambda m: parse_perturbed(m) is None, return_dtype=pl.Boolean)
+        pl.col("method").map_elements(lambda m: not is_control(m), return_dtype=pl.Boolean)
     )
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     fig, axes = _grid(
