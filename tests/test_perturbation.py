@@ -306,8 +306,13 @@ def test_damage_twins_and_the_placebo_are_written_with_their_damage(tiny_dirs, t
 
 def test_the_positive_control_is_the_dense_model_with_its_ban(tiny_dirs, tmp_path):
     dense_dir, _ = tiny_dirs
+    (dense_dir / ".snakemake_timestamp").touch()  # a workflow's marker in the dense folder
     perturbation.control_file(dense_dir, tmp_path / "forbid", model="tiny")
     assert sha(tmp_path / "forbid") == sha(dense_dir)
+    # the marker is not linked: touching the control's own would move the dense model's time,
+    # and every job downstream of it would run again
+    assert not (tmp_path / "forbid" / ".snakemake_timestamp").exists()
+    assert (tmp_path / "forbid" / "config.json").stat().st_nlink == 1  # copied, not linked
     assert perturbation.control_of(tmp_path / "forbid")["forbid_gold_first_token"] is True
     assert perturbation.control_of(dense_dir) is None
 

@@ -380,9 +380,10 @@ CONTROL = "control.json"
 
 
 def control_file(model_dir: str | Path, out: str | Path, *, model: str) -> dict:
-    """Write the positive control `forbid`: the dense model's files (hard links where the file
-    system allows, else copies) and control.json, which tells `evaluate` to forbid each gold's
-    first token in every decode. Atomic."""
+    """Write the positive control `forbid`: the dense model's files (the weights as hard links
+    where the file system allows, everything else copied; hidden files left out) and
+    control.json, which tells `evaluate` to forbid each gold's first token in every decode.
+    Atomic."""
     import os
     import shutil
 
@@ -400,11 +401,16 @@ def control_file(model_dir: str | Path, out: str | Path, *, model: str) -> dict:
         tmp = Path(tmp)
         tmp.mkdir(parents=True, exist_ok=True)
         for f in sorted(Path(model_dir).iterdir()):
-            if f.is_file():
+            if not f.is_file() or f.name.startswith("."):
+                continue  # never a workflow's marker (.snakemake_timestamp): a link would tie
+                # the dense model's timestamp to this folder's
+            if f.suffix == ".safetensors":
                 try:
-                    os.link(f, tmp / f.name)
+                    os.link(f, tmp / f.name)  # the weights: a link, not a second copy
+                    continue
                 except OSError:
-                    shutil.copy2(f, tmp / f.name)
+                    pass
+            shutil.copy2(f, tmp / f.name)
         write_json(report, tmp / CONTROL)
     log.info("control forbid of %s: the dense weights, gold first tokens forbidden", model)
     return report
