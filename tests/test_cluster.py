@@ -207,7 +207,7 @@ def dry_run(tmp_path, *args):
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=900,
         cwd=ROOT,
     )
     return res, time.perf_counter() - t0
@@ -219,10 +219,27 @@ def expected_paper_jobs() -> dict[str, int]:
     benchmarks = sum(len(d["languages"]) for d in cfg["datasets"].values())
     p = cfg["pruning"]
     q = cfg.get("quantization", {})
-    quantized = len(q.get("methods", [])) * len(q.get("bits", []))
-    checkpoints = len(p["methods"]) * (len(p["sparsities"]) + len(p["nm"])) + quantized
-    # a perturbed twin of every pruned and quantized checkpoint per seed
-    twins = checkpoints * len(cfg.get("controls", {}).get("perturbation", {}).get("seeds", []))
+    calibrated = {"wanda", "sparsegpt", "gptq"}
+
+    def replicates(method, section):
+        return len(section.get("seeds") or [cfg["seed"]]) if method in calibrated else 1
+
+    points = len(p["sparsities"]) + len(p["nm"])
+    pruned = sum(replicates(m, p) for m in p["methods"]) * points
+    quantized = sum(replicates(m, q) for m in q.get("methods", [])) * len(q.get("bits", []))
+    checkpoints = pruned + quantized
+    ctl = cfg.get("controls", {})
+    pert = ctl.get("perturbation", {})
+    seeds = len(pert.get("seeds", []))
+    # per seed a twin of every kind: damage and size of every checkpoint, structure of the pruned
+    kinds = pert.get("match", ["damage"])
+    twins = seeds * sum(pruned if k == "structure" else checkpoints for k in kinds)
+    # the placebo of every checkpoint of the negative control's method (its first replicate)
+    placebos = points if ctl.get("negative") in p["methods"] and seeds else 0
+    positive = 1 if ctl.get("positive") else 0
+    # calibration windows: one file per seed of the calibrated methods, and the damage text
+    draws = {s for sec in (p, q) for s in (sec.get("seeds") or [cfg["seed"]])}
+    calibration = len(draws) + (1 if seeds else 0)
     return {
         "download_dataset": benchmarks,
         "build_items": benchmarks,
@@ -231,12 +248,14 @@ def expected_paper_jobs() -> dict[str, int]:
         "import_hub_model": models,
         "evaluate_pool": models * benchmarks,
         "select_items": models * benchmarks,
-        "calibration_data": models,
-        "prune": models * (checkpoints - quantized),
+        "calibration_data": models * calibration,
+        "prune": models * pruned,
         "quantize": models * quantized,
-        "perturb": models * twins,
-        # every pruned checkpoint, its twins and the dense model on every benchmark
-        "evaluate": models * (checkpoints + twins + 1) * benchmarks,
+        "perturb": models * (twins + placebos),
+        "control": models * positive,
+        # every compressed checkpoint, its twins, the controls and the dense model on every
+        # benchmark
+        "evaluate": models * (checkpoints + twins + placebos + positive + 1) * benchmarks,
         "aggregate": 1,
         "figures": 1,
         "all": 1,
@@ -254,11 +273,14 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     jobs = planned_jobs(out)
-    assert jobs == expected_paper_jobs()
-    # 3 models x 21 benchmarks x (3 methods x 6 sparsities + 2 methods x 3 bit widths + dense),
-    # and 71 concept jobs; 3 seeds x 24 checkpoints x 3 models perturbed twins, each a perturb
-    # job and 21 evaluations; one hub download per model
-    assert sum(jobs.values()) == 1499 + 3 * 6 * (1 + 21) + 3 * 24 * 3 * (1 + 21) + 3
+    want = expected_paper_jobs()
+    assert jobs == want
+    # by hand, per model: 42 pruned (magnitude 6, Wanda and SparseGPT 3 replicates x 6) and 12
+    # quantized (RTN 3, GPTQ 3 replicates x 3) checkpoints; 54 damage + 54 size twins; 6
+    # placebos; 1 positive control; each with the dense model on 21 benchmarks
+    assert want["prune"] == 3 * 42 and want["quantize"] == 3 * 12
+    assert want["perturb"] == 3 * (108 + 6) and want["control"] == 3
+    assert want["evaluate"] == 3 * (54 + 108 + 6 + 1 + 1) * 21
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 

@@ -15,8 +15,8 @@ import torch
 import yaml
 from torch import nn
 
-from benchmark_illusion.compression import perturbation
 from benchmark_illusion.compression import damage as dmg
+from benchmark_illusion.compression import perturbation
 from benchmark_illusion.compression.names import (
     parse_perturbed,
     parse_placebo,
@@ -531,20 +531,36 @@ def test_default_config_plans_one_twin_and_its_evaluations_per_checkpoint_and_se
     cfg = default_config()
     p = cfg["pruning"]
     checkpoints = len(p["methods"]) * len(p["sparsities"])
-    seeds = cfg["controls"]["perturbation"]["seeds"]
+    ctl = cfg["controls"]
+    seeds = ctl["perturbation"]["seeds"]
+    kinds = ctl["perturbation"]["match"]
     langs = len(cfg["datasets"]["sample"]["languages"])
+    # the controls: forbid, and the placebo of the negative method's checkpoints
+    placebos = len(p["sparsities"]) if ctl["negative"] else 0
+    positive = int(ctl["positive"])
     jobs, out = dry_run(tmp_path, cfg)
-    assert seeds and jobs["perturb"] == checkpoints * len(seeds)
-    assert jobs["evaluate"] == (1 + checkpoints * (1 + len(seeds))) * langs
-    assert "results/checkpoints/smollm2-135m/noise0-wanda/unstructured/0.3" in out
+    assert seeds and kinds == ["damage"]
+    assert jobs["perturb"] == checkpoints * len(seeds) + placebos
+    assert jobs["control"] == positive == 1
+    assert jobs["evaluate"] == (1 + checkpoints * (1 + len(seeds)) + placebos + positive) * langs
+    assert "results/checkpoints/smollm2-135m/damage0-wanda/unstructured/0.3" in out
+    assert "results/checkpoints/smollm2-135m/placebo-wanda/unstructured/0.3" in out
+    assert "results/checkpoints/smollm2-135m/forbid/none/0" in out
     assert (
-        "results/generations/smollm2-135m/noise0-sparsegpt/unstructured/0.3/sample/de.parquet"
+        "results/generations/smollm2-135m/damage0-sparsegpt/unstructured/0.3/sample/de.parquet"
         in out
     )
-    cfg["controls"]["perturbation"]["seeds"] = []
+    assert "results/calibration/smollm2-135m/damage.safetensors" in out
+    # every kind: a size and a structure twin of every pruned checkpoint beside the damage one
+    cfg["controls"]["perturbation"]["match"] = ["damage", "size", "structure"]
+    every, out = dry_run(tmp_path, cfg)
+    assert every["perturb"] == 3 * checkpoints * len(seeds) + placebos
+    assert "noise0-wanda" in out and "mask0-magnitude" in out
+    cfg["controls"] = {"perturbation": {"seeds": []}, "positive": False, "negative": None}
     off, out = dry_run(tmp_path, cfg)
-    assert "perturb" not in off and off["evaluate"] == (1 + checkpoints) * langs
-    assert "noise0" not in out
+    assert "perturb" not in off and "control" not in off
+    assert off["evaluate"] == (1 + checkpoints) * langs
+    assert "damage0" not in out and "forbid" not in out
 
 
 # --- the real model ---------------------------------------------------------------------------
@@ -601,11 +617,10 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
         sparsity=0.1,
         damage_text=tmp_path / "dmg.safetensors",
     )
-    assert report["n_perturbed"] == 30 * 7
-    # both damages measured on the held-out text: noise of the checkpoint's size does more
-    assert (
-        report["damage_kl"] > report["source_damage_kl"] > 0
-    )  # every decoder Linear of the 30 blocks
+    assert report["n_perturbed"] == 30 * 7  # every decoder Linear of the 30 blocks
+    # both damages measured on the held-out text, the size twin's at scale 1
+    assert report["damage_kl"] > 0 and report["source_damage_kl"] > 0
+    assert report["scale"] == 1.0 and report["dense_nll"] > 0
     dense, _ = load_checkpoint(bundled_model_dir)
     source, _ = load_checkpoint(pruned)
     twin, _ = load_checkpoint(twin_dir)
