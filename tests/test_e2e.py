@@ -364,7 +364,8 @@ def test_every_checkpoint_is_pruned_to_target_and_evaluated(smoke_run):
             assert dict(log.schema) == LOG_SCHEMA
             assert set(log["method"]) == {method} and set(log["sparsity"]) == {float(s)}
             assert set(log["structure"]) == {"unstructured"}
-    cal = work / "results/calibration/smollm2-135m.safetensors"
+    # the first (only) replicate's windows: the smoke config's seed, 7
+    cal = work / "results/calibration/smollm2-135m/s7.safetensors"
     from safetensors.torch import load_file
 
     assert tuple(load_file(str(cal))["input_ids"].shape) == (8, 64)
@@ -471,7 +472,7 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     # Block i is compressed from the outputs of the compressed blocks before it, so a model cut
     # to its first 3 blocks, compressed at two threads, must reproduce the run's first 3 blocks.
     torch.set_num_threads(2)
-    windows = load_file(str(work / "results/calibration/smollm2-135m.safetensors"))["input_ids"]
+    windows = load_file(str(work / "results/calibration/smollm2-135m/s7.safetensors"))["input_ids"]
     for ckpt, settings, step in (
         (
             wanda,
@@ -1601,7 +1602,7 @@ def test_the_paired_test_flags_the_positive_control_and_not_the_negative(smoke_r
     path.write_text(yaml.safe_dump(edited, sort_keys=False))
     res = snakemake(copy, path)
     assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
-    con = duckdb.connect(str(copy / "results/metrics.duckdb"), read_only=True)
+    con = duckdb.connect(str(copy / "results/illusion.duckdb"), read_only=True)
     rows = {
         r[0]: r[1:]
         for r in con.execute(

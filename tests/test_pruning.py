@@ -17,6 +17,7 @@ from benchmark_illusion.compression.pruning.layerwise import (
 from benchmark_illusion.compression.pruning.magnitude import magnitude_mask
 from benchmark_illusion.compression.pruning.masks import (
     Structure,
+    float64_device,
     lowest_n_of_m,
     lowest_per_matrix,
     lowest_per_row,
@@ -24,7 +25,7 @@ from benchmark_illusion.compression.pruning.masks import (
     parse_structure,
 )
 from benchmark_illusion.compression.pruning.sparsegpt import Hessian, sparsegpt_prune
-from benchmark_illusion.compression.pruning.wanda import wanda_mask
+from benchmark_illusion.compression.pruning.wanda import InputNorms, wanda_mask, wanda_scores
 from conftest import make_tiny_model, real_layer_inputs
 
 VOCAB = 300
@@ -185,6 +186,44 @@ def test_pruning_is_deterministic(method):
     assert all(torch.equal(runs[0][k], runs[1][k]) for k in runs[0])
 
 
+def at_threads(threads: int, fn):
+    """fn() with torch (and its BLAS) at `threads` threads, the count restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(
+    "method, pattern",
+    [
+        ("magnitude", "unstructured"),
+        ("wanda", "unstructured"),
+        ("wanda", "2:4"),
+        ("sparsegpt", "unstructured"),
+        ("sparsegpt", "2:4"),
+    ],
+)
+def test_pruning_gives_the_same_weights_at_one_and_two_threads(method, pattern):
+    """The same model and calibration pruned with torch at 1 and at 2 threads: bit-identical
+    weights, hence masks. In float32 the Cholesky factor of a Hessian already differs in its
+    last bits between 1 and 2 threads at 64 inputs, and SparseGPT's weights with it."""
+    st = parse_structure(pattern)
+    data = windows(n=8, t=64, seed=4)
+
+    def prune():
+        model = make_tiny_model(VOCAB, seed=12)
+        settings = PruneSettings(method, st.sparsity if st.is_nm else 0.3, st, blocksize=32)
+        prune_model(model, data, settings, progress=False)
+        return {n: m.weight.detach().clone() for n, m in linears(model).items()}
+
+    one, two = at_threads(1, prune), at_threads(2, prune)
+    for name in one:
+        assert torch.equal(one[name], two[name]), name
+
+
 def test_embeddings_and_lm_head_stay_dense():
     model = make_tiny_model(VOCAB, seed=10)
     emb = model.get_input_embeddings().weight.clone()
@@ -308,21 +347,54 @@ def test_n_of_m_prunes_the_n_smallest_of_every_group(n, m):
     assert torch.equal(lowest_n_of_m(scores, n, m), want.reshape(6, 16))
 
 
-def test_hessian_is_two_x_transpose_x_over_the_tokens_in_fp32():
-    """H = 2 X^T X / n (module docstring), accumulated over batches in fp32. By hand: X = [[1, 2],
-    [3, 4]] then [[0, 1]]: X^T X = [[10, 14], [14, 21]], n = 3."""
+def test_hessian_is_two_x_transpose_x_over_the_tokens_in_float64():
+    """H = 2 X^T X / n (module docstring), accumulated over batches in float64 whatever the inputs'
+    dtype or the default dtype. By hand: X = [[1, 2], [3, 4]] then [[0, 1]]: X^T X = [[10, 14],
+    [14, 21]], n = 3."""
     h = Hessian(2, "cpu")
     h.add(torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float64))
-    h.add(torch.tensor([[[0.0, 1.0]]]))  # [batch, tokens, in]
+    h.add(torch.tensor([[[0.0, 1.0]]]))  # [batch, tokens, in], float32
     assert h.tokens == 3
-    assert torch.equal(h.value, 2.0 * torch.tensor([[10.0, 14.0], [14.0, 21.0]]) / 3)
-    assert h.value.dtype == torch.float32
+    want = 2.0 * torch.tensor([[10.0, 14.0], [14.0, 21.0]], dtype=torch.float64) / 3
+    assert h.value.dtype == torch.float64 and torch.equal(h.value, want)
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
+    torch.set_default_dtype(torch.float32)
     try:
-        assert Hessian(2, "cpu").sum.dtype == torch.float32
+        assert Hessian(2, "cpu").sum.dtype == torch.float64
     finally:
         torch.set_default_dtype(previous)
+
+
+def test_norms_and_hessians_keep_what_float32_sums_lose():
+    """float32 inputs whose sums float32 cannot hold: 1e4^2 = 1e8 plus four 1s. float32 has a
+    spacing of 8 at 1e8, so a float32 accumulator (in one batch or across batches) stays at 1e8;
+    the float64 one holds 1e8 + 4 exactly, in the Wanda norms and in the Hessian."""
+    big = torch.tensor([[1e4, 1.0], [1.0, 1.0]])  # float32, both exact
+    norms, hess = InputNorms(2, "cpu"), Hessian(2, "cpu")
+    for x in (big, torch.tensor([[1.0, 0.0]]), torch.tensor([[[1.0, 0.0], [1.0, 0.0]]])):
+        norms.add(x)
+        hess.add(x)
+    assert norms.sq.dtype == torch.float64
+    assert norms.sq.tolist() == [1e8 + 4, 2.0]
+    assert hess.sum.tolist() == [[1e8 + 4, 1e4 + 1], [1e4 + 1, 2.0]]
+    assert torch.tensor(1e8, dtype=torch.float32) + 4 == 1e8  # what float32 would have kept
+
+
+def test_wanda_ranks_by_norms_that_differ_beyond_float32():
+    """Two weights of equal |W| whose inputs' squared norms are 1e8 + 4 and 1e8 + 2: equal in
+    float32 (a tie, which would prune the first column), different in float64, where the second
+    column has the lower score and is pruned. The scores are float64 too: sqrt(1e8 + 4) and
+    sqrt(1e8 + 2) are 1e-4 apart, within float32's spacing of 1e-3 at 1e4."""
+    norms = InputNorms(2, "cpu")
+    norms.add(torch.tensor([[1e4, 1e4]]))
+    for _ in range(4):
+        norms.add(torch.tensor([[1.0, 0.0]]))
+    for _ in range(2):
+        norms.add(torch.tensor([[0.0, 1.0]]))
+    w = torch.ones(3, 2)
+    assert wanda_scores(w, norms.sq).dtype == torch.float64
+    mask = wanda_mask(w, norms.sq, 0.5, Structure())
+    assert torch.equal(mask, torch.tensor([[False, True]] * 3))
 
 
 def test_masks_and_hessians_stay_on_the_scores_device():
@@ -333,12 +405,38 @@ def test_masks_and_hessians_stay_on_the_scores_device():
     assert lowest_n_of_m(torch.zeros(2, 4, device="meta"), 2, 4).device.type == "meta"
 
 
+def test_float64_work_stays_on_the_device_except_on_mps():
+    """Apple's MPS has no float64: its statistics and scores are computed on the CPU; every
+    other device keeps them (and the masks come back to the weight's device)."""
+    assert float64_device("mps") == torch.device("cpu")
+    assert float64_device(torch.device("mps", 0)) == torch.device("cpu")
+    for dev in ("cpu", "cuda:1", "meta"):
+        assert float64_device(dev) == torch.device(dev)
+    assert InputNorms(3, "meta").sq.dtype == torch.float64
+
+
 def test_per_row_ties_break_by_position():
     """Equal scores in a row (masks.lowest_per_row: a stable sort): the first columns go, so the
     same weights are pruned on every run and machine. 64 columns: an unstable sort reorders
     ties at this size."""
     mask = lowest_per_row(torch.zeros(3, 64), 0.25)
     assert torch.equal(mask, (torch.arange(64) < 16).expand(3, 64))
+
+
+def test_per_matrix_and_n_of_m_ties_break_by_position():
+    """Equal scores (masks.lowest_per_matrix, lowest_n_of_m: stable sorts): the first positions go,
+    row-major in a matrix and the first columns of an N:M group, so that equal |W| (common in
+    weights imported from a quantized file) give the same mask on every device. torch.topk
+    chooses others among these ties."""
+    assert torch.equal(
+        lowest_per_matrix(torch.zeros(3, 64), 0.25).flatten(), torch.arange(192) < 48
+    )
+    want = (torch.arange(16) % 4 < 2).expand(3, 16)
+    assert torch.equal(lowest_n_of_m(torch.zeros(3, 16), 2, 4), want)
+    w = torch.tensor([[1.0, -1.0, 1.0, 2.0], [-2.0, 1.0, -1.0, 1.0]])  # |W| ties in both
+    assert torch.equal(
+        magnitude_mask(w, 0.5, Structure()), torch.tensor([[1, 1, 1, 0], [0, 1, 0, 0]]).bool()
+    )
 
 
 # ----------------------------------------------------------------- SparseGPT against plain OBS

@@ -151,6 +151,45 @@ def test_gptq_with_an_identity_hessian_is_rtn():
     assert torch.allclose(gptq(w, torch.eye(64), grid, percdamp=0.0), rtn(w, grid), atol=1e-6)
 
 
+def test_gptq_works_in_float64_and_returns_the_weights_dtype():
+    """The Hessian and the updates are float64; the result has the weight's dtype (a float32
+    weight gets the float64 result rounded once) and lies on the grid."""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(8, 64, generator=g)
+    x = torch.randn(256, 64, generator=g)
+    hess = Hessian(64, "cpu")
+    hess.add(x)
+    assert hess.value.dtype == torch.float64
+    grid = Grid(bits=3, group_size=16)
+    q32 = gptq(w, hess.value, grid)
+    q64 = gptq(w.double(), hess.value, grid)
+    assert q32.dtype == torch.float32 and q64.dtype == torch.float64
+    assert torch.equal(q32, q64.float())
+    assert int(distinct_per_group(q32, grid).max()) <= 8
+
+
+def test_gptq_gives_the_same_weights_at_one_and_two_threads():
+    """The same model and calibration quantized with torch at 1 and at 2 threads: bit-identical
+    weights. In float32 the Cholesky factor of the Hessian differs in its last bits between 1
+    and 2 threads, and the rounded weights with it."""
+    windows = torch.randint(0, 97, (8, 64), generator=torch.Generator().manual_seed(2))
+
+    def quantize(threads):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            model = make_tiny_model(97, seed=5, layers=2)
+            settings = QuantizeSettings("gptq", Grid(bits=4, group_size=32), blocksize=32)
+            quantize_model(model, windows, settings, progress=False)
+        finally:
+            torch.set_num_threads(before)
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+    one, two = quantize(1), quantize(2)
+    for name in one:
+        assert torch.equal(one[name], two[name]), name
+
+
 @pytest.mark.e2e
 def test_gptq_reconstructs_real_layer_outputs_better_than_rtn(bundled_model_dir):
     """On real activations of SmolLM2 (layer 5), ||WX - W'X||: GPTQ < RTN at 4 and 3 bits, with

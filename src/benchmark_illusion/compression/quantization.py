@@ -15,7 +15,10 @@ rest. A group's grid is fixed when its first column is reached, from the weights
 far; with `act_order` the columns go in order of decreasing H_jj and every group's grid is fixed
 up front from the original weights (static groups; `static_groups` alone does only that, which
 is what llm-compressor does), so the groups stay the original column ranges either way and
-`distinct_per_group` can check every one.
+`distinct_per_group` can check every one. GPTQ works in float64 (the Hessian, its factor, the
+weights as updated and their grids; as SparseGPT does, for the same reason: a float32 sum's last
+bits depend on the thread count and the CPU, and flip roundings that the updates then carry on);
+RTN in float32, which is exact enough for it: it sums nothing.
 
 `quantize_model` applies either to every Linear of the decoder blocks, block by block
 (`pruning.layerwise.compress_blockwise`, the walker pruning uses: GPTQ's Hessians of block i
@@ -32,13 +35,20 @@ import torch
 from torch import nn
 
 from benchmark_illusion.compression.pruning.layerwise import compress_blockwise
+from benchmark_illusion.compression.pruning.masks import float64_device
 from benchmark_illusion.compression.pruning.sparsegpt import Hessian, inverse_hessian_factor
 from benchmark_illusion.compression.structures import METHODS, Grid
 
 
+def _working(w: torch.Tensor) -> torch.Tensor:
+    """w as it is if float64 (GPTQ's working precision), else as float32 (RTN's)."""
+    return w if w.dtype == torch.float64 else w.float()
+
+
 def grid_params(w: torch.Tensor, grid: Grid) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale, zero), each [rows, 1], of the grid that covers each row of `w` [rows, g]."""
-    w = w.float()
+    """(scale, zero), each [rows, 1], of the grid that covers each row of `w` [rows, g]; float64
+    for a float64 `w`, else float32."""
+    w = _working(w)
     lo = torch.clamp(w.min(dim=1, keepdim=True).values, max=0.0)
     hi = torch.clamp(w.max(dim=1, keepdim=True).values, min=0.0)
     if grid.symmetric:
@@ -56,8 +66,9 @@ def grid_params(w: torch.Tensor, grid: Grid) -> tuple[torch.Tensor, torch.Tensor
 
 
 def on_grid(w: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, maxq: int) -> torch.Tensor:
-    """w [rows, g] rounded onto the grid (scale, zero), dequantized, fp32."""
-    q = torch.clamp(torch.round(w.float() / scale) + zero, 0, maxq)
+    """w [rows, g] rounded onto the grid (scale, zero), dequantized; float64 for a float64 `w`,
+    else float32."""
+    q = torch.clamp(torch.round(_working(w) / scale) + zero, 0, maxq)
     return scale * (q - zero)
 
 
@@ -83,19 +94,21 @@ def gptq(
     static_groups: bool = False,
 ) -> torch.Tensor:
     """GPTQ of one Linear weight [out, in] given the Hessian h [in, in] of its inputs; returns the
-    dequantized weight in weight's dtype.
+    dequantized weight in weight's dtype and on its device, computed in float64 (module
+    docstring) on `pruning.masks.float64_device`.
 
     static_groups: fix every group's grid up front from the original weights (as act_order
     does, and as llm-compressor does) instead of when the group's first column is reached."""
-    w = weight.detach().float().clone()
+    w = weight.detach().to(float64_device(weight.device), torch.float64, copy=True)
     rows, cols = w.shape
     g = grid.width(cols)
-    u, dead = inverse_hessian_factor(h.float(), percdamp)
+    h = h.to(w.device, torch.float64)
+    u, dead = inverse_hessian_factor(h, percdamp)
     w[:, dead] = 0.0
     # the grid of every group (original column ranges): fixed up front with act_order, else
     # when the group's first column is reached
-    scale = torch.zeros((rows, cols), dtype=torch.float32, device=w.device)
-    zero = torch.zeros((rows, cols), dtype=torch.float32, device=w.device)
+    scale = torch.zeros((rows, cols), dtype=torch.float64, device=w.device)
+    zero = torch.zeros((rows, cols), dtype=torch.float64, device=w.device)
     fixed = [False] * cols
 
     def fix(c0: int, source: torch.Tensor) -> None:
@@ -108,8 +121,8 @@ def gptq(
         for c0 in range(0, cols, g):
             fix(c0, w[:, c0 : c0 + g])
     if act_order:
-        order = torch.argsort(torch.diagonal(h.float()), descending=True, stable=True)
-        hp = h.float()[order][:, order]
+        order = torch.argsort(torch.diagonal(h), descending=True, stable=True)
+        hp = h[order][:, order]
         u, _ = inverse_hessian_factor(hp, percdamp)
         w = w[:, order]
         scale, zero = scale[:, order], zero[:, order]
@@ -137,7 +150,7 @@ def gptq(
         w[:, b1:] -= err @ u[b0:b1, b1:]
     if act_order:
         q = q[:, torch.argsort(order)]
-    return q.to(weight.dtype)
+    return q.to(weight.device, weight.dtype)
 
 
 def distinct_per_group(weight: torch.Tensor, grid: Grid) -> torch.Tensor:

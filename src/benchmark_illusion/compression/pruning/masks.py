@@ -4,6 +4,11 @@ Structures:
   unstructured   a fraction `sparsity` of the weights, chosen by the method's comparison group
   N:M            in every group of M consecutive input weights of a row, exactly N are pruned
                  (sparsity N/M; "2:4" prunes 2 of every 4, NVIDIA's sparse tensor core layout)
+
+Ties: every selection is a stable sort, so among equal scores the first position (row-major)
+is pruned first. torch.topk leaves the choice among ties to its implementation, which differs
+between CPU and GPU kernels and sizes; weights imported from a quantized file have many equal
+|W|, so this decides real masks.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from ..structures import Structure, parse_structure
 
 __all__ = [
     "Structure",
+    "float64_device",
     "lowest_n_of_m",
     "lowest_per_matrix",
     "lowest_per_row",
@@ -23,17 +29,25 @@ __all__ = [
 ]
 
 
+def float64_device(device: str | torch.device) -> torch.device:
+    """Where the float64 statistics and scores of tensors on `device` are computed: on that
+    device, except Apple's MPS, which has no float64 (the CPU then)."""
+    device = torch.device(device)
+    return torch.device("cpu") if device.type == "mps" else device
+
+
 def n_pruned(count: int, sparsity: float) -> int:
     """How many of `count` weights a target sparsity prunes (rounded to nearest)."""
     return int(round(count * sparsity))
 
 
 def lowest_per_matrix(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
-    """Prune the lowest-scoring `sparsity` fraction of the whole matrix (one threshold)."""
+    """Prune the lowest-scoring `sparsity` fraction of the whole matrix (one threshold; ties:
+    the first positions in row-major order)."""
     k = n_pruned(scores.numel(), sparsity)
     mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
     if k:
-        mask[torch.topk(scores.flatten(), k, largest=False).indices] = True
+        mask[torch.argsort(scores.flatten(), stable=True)[:k]] = True
     return mask.view_as(scores)
 
 
@@ -58,13 +72,14 @@ def lowest_per_row(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
 
 
 def lowest_n_of_m(scores: torch.Tensor, n: int, m: int) -> torch.Tensor:
-    """In every group of m consecutive columns of each row, prune the n lowest scores."""
+    """In every group of m consecutive columns of each row, prune the n lowest scores (ties: the
+    first columns of the group)."""
     rows, cols = scores.shape
     if cols % m:
         raise ValueError(f"N:M needs the input dimension ({cols}) to be a multiple of M={m}")
     groups = scores.reshape(rows, cols // m, m)
     mask = torch.zeros_like(groups, dtype=torch.bool)
-    mask.scatter_(2, torch.topk(groups, n, dim=2, largest=False).indices, True)
+    mask.scatter_(2, torch.argsort(groups, dim=2, stable=True)[..., :n], True)
     return mask.reshape(rows, cols)
 
 

@@ -1,7 +1,7 @@
 """SparseGPT (Frantar & Alistarh, 2023): prune and reconstruct with optimal-brain-surgeon updates.
 
 For a Linear layer with weight W [out, in] and calibration inputs X [in, n]:
-  H = 2 X X^T / n, accumulated in fp32; dead inputs (H_jj = 0) get H_jj = 1 and W[:, j] = 0;
+  H = 2 X X^T / n, accumulated in float64; dead inputs (H_jj = 0) get H_jj = 1 and W[:, j] = 0;
   H += lambda * I with lambda = percdamp * mean(diag(H));
   U = upper Cholesky factor of H^-1 (so the inverse Hessians of the remaining columns are
   read off U's rows as columns are eliminated left to right).
@@ -10,25 +10,34 @@ w^2 / U_jj^2 (unstructured: the lowest fraction of the block; N:M: the N lowest 
 columns of a row, decided when the group's first column is reached). Each pruned column's
 error is spread over the block's later columns, and the block's accumulated error over all
 later columns.
+
+Precision: H, its factor, the mask scores and the working copy of W are float64 whatever the
+model's dtype; only the returned weight is cast back. The order of a sum depends on the thread
+count and the CPU (a multi-threaded Cholesky factor of the same H differs in its last bits at 1
+and 2 threads), and one near-tie of the mask flipped by it moves every later update of its row;
+float64 makes such differences about 2^29 times smaller than float32. Among equal scores the
+mask prunes the first position (`masks`: stable sorts).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .masks import Structure, lowest_n_of_m, lowest_per_matrix
+from .masks import Structure, float64_device, lowest_n_of_m, lowest_per_matrix
 
 
 class Hessian:
-    """Running H = 2 X X^T / n of one Linear layer's inputs, fp32 [in, in]."""
+    """Running H = 2 X X^T / n of one Linear layer's inputs, float64 [in, in] on the inputs'
+    device (`masks.float64_device`)."""
 
     def __init__(self, in_features: int, device):
-        self.sum = torch.zeros((in_features, in_features), dtype=torch.float32, device=device)
+        shape, home = (in_features, in_features), float64_device(device)
+        self.sum = torch.zeros(shape, dtype=torch.float64, device=home)
         self.tokens = 0
 
     def add(self, x: torch.Tensor) -> None:
-        """x: [..., in] inputs of the layer."""
-        x = x.reshape(-1, x.shape[-1]).float()
+        """x: [..., in] inputs of the layer (any float dtype; products and sums in float64)."""
+        x = x.reshape(-1, x.shape[-1]).to(self.sum.device, torch.float64)
         self.sum += x.T @ x
         self.tokens += x.shape[0]
 
@@ -39,8 +48,8 @@ class Hessian:
 
 def inverse_hessian_factor(h: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(U, dead): U the upper Cholesky factor of (H + damping)^-1, dead the [in] mask of
-    H_jj = 0."""
-    h = h.clone()
+    H_jj = 0; U in float64."""
+    h = h.detach().to(torch.float64, copy=True)
     diag = torch.diagonal(h)
     dead = diag == 0
     diag[dead] = 1.0
@@ -59,12 +68,13 @@ def sparsegpt_prune(
     percdamp: float = 0.01,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pruned and reconstructed weight [out, in] (in weight's dtype) and its bool mask
-    (True = pruned)."""
+    (True = pruned), both on weight's device. Computed in float64 (module docstring) on
+    `masks.float64_device`."""
     if structure.is_nm and blocksize % structure.m:
         raise ValueError(f"blocksize {blocksize} must be a multiple of M={structure.m}")
-    w = weight.detach().float().clone()
+    w = weight.detach().to(float64_device(weight.device), torch.float64, copy=True)
     rows, cols = w.shape
-    u, dead = inverse_hessian_factor(h.float(), percdamp)
+    u, dead = inverse_hessian_factor(h.to(w.device), percdamp)
     w[:, dead] = 0.0
     mask = torch.zeros_like(w, dtype=torch.bool)
 
@@ -93,4 +103,4 @@ def sparsegpt_prune(
         w[:, b0:b1] = wb
         mask[:, b0:b1] = mb
         w[:, b1:] -= err @ u[b0:b1, b1:]
-    return w.to(weight.dtype), mask
+    return w.to(weight.device, weight.dtype), mask.to(weight.device)
