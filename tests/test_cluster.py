@@ -276,11 +276,11 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     want = expected_paper_jobs()
     assert jobs == want
     # by hand, per model: 42 pruned (magnitude 6, Wanda and SparseGPT 3 replicates x 6) and 12
-    # quantized (RTN 3, GPTQ 3 replicates x 3) checkpoints; 54 damage + 54 size twins; 6
-    # placebos; 1 positive control; each with the dense model on 21 benchmarks
+    # quantized (RTN 3, GPTQ 3 replicates x 3) checkpoints; 54 damage twins; 6 placebos; 1
+    # positive control; each with the dense model on 21 benchmarks
     assert want["prune"] == 3 * 42 and want["quantize"] == 3 * 12
-    assert want["perturb"] == 3 * (108 + 6) and want["control"] == 3
-    assert want["evaluate"] == 3 * (54 + 108 + 6 + 1 + 1) * 21
+    assert want["perturb"] == 3 * (54 + 6) and want["control"] == 3
+    assert want["evaluate"] == 3 * (54 + 54 + 6 + 1 + 1) * 21
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
     assert not (tmp_path / "results").exists()
 

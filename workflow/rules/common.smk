@@ -71,8 +71,12 @@ VARIANT_METHODS = one_of(VARIANT_NAMES)
 # with a letter run followed by digits and '-' (a variant's name may not: config check), so the
 # patterns stay disjoint.
 SOURCE_METHODS = f"(?:{PRUNE_METHODS}|{QUANT_METHODS}|{VARIANT_METHODS})"
-PERTURBED_METHODS = f"(?:noise|damage|mask)(?:0|[1-9][0-9]*)-{SOURCE_METHODS}|placebo-{SOURCE_METHODS}"
-CONTROL_METHODS = "forbid"  # the positive control: the dense weights, gold first tokens forbidden
+PERTURBED_METHODS = (
+    f"(?:noise|damage|mask)(?:0|[1-9][0-9]*)-{SOURCE_METHODS}|placebo-{SOURCE_METHODS}"
+)
+CONTROL_METHODS = (
+    "forbid"  # the positive control: the dense weights, gold first tokens forbidden
+)
 PERTURBATION = config["controls"]["perturbation"]
 PERTURBATION_SEEDS = PERTURBATION["seeds"]
 CALIBRATED = ("wanda", "sparsegpt", "gptq")  # the methods that read calibration windows
@@ -187,7 +191,11 @@ def quantization_targets():
 
     q = config["quantization"]
     return [
-        (replicate_method(m, seed, method_seeds(m)), str(Grid(b, q["group_size"], q["symmetric"])), "0")
+        (
+            replicate_method(m, seed, method_seeds(m)),
+            str(Grid(b, q["group_size"], q["symmetric"])),
+            "0",
+        )
         for m in q["methods"]
         for seed in method_seeds(m)
         for b in q["bits"]
@@ -246,11 +254,17 @@ def perturbation_targets(model):
         if kind != "structure" or (meth, st, s) in pruned
     ]
     negative = config["controls"]["negative"]
-    placebos = [
-        (placebo_method(meth), st, s)
-        for meth, st, s in pruning_targets() + quantization_targets()
-        if negative is not None and meth == negative and parse_replicate(meth)[1] is None
-    ] if PERTURBATION_SEEDS else []
+    placebos = (
+        [
+            (placebo_method(meth), st, s)
+            for meth, st, s in pruning_targets() + quantization_targets()
+            if negative is not None
+            and meth == negative
+            and parse_replicate(meth)[1] is None
+        ]
+        if PERTURBATION_SEEDS
+        else []
+    )
     return twins + placebos
 
 
@@ -535,7 +549,10 @@ def aggregate_sized(key):
 
     n = (
         sum(
-            1 + len(compressed_targets(m)) + len(perturbation_targets(m)) + len(control_targets())
+            1
+            + len(compressed_targets(m))
+            + len(perturbation_targets(m))
+            + len(control_targets())
             for m in MODELS
         )
         * len(dataset_langs())
@@ -603,7 +620,9 @@ def get_sae_input(wildcards):
     if "calibration" in corpus:
         # the calibration windows of the first pruning seed (those of the plain-named checkpoints)
         seed = method_seeds("wanda")[0]
-        inputs["calibration"] = f"results/calibration/{wildcards.model}/s{seed}.safetensors"
+        inputs["calibration"] = (
+            f"results/calibration/{wildcards.model}/s{seed}.safetensors"
+        )
     return inputs
 
 
