@@ -21,10 +21,15 @@ from benchmark_illusion.compression.pruning.masks import (
     lowest_n_of_m,
     lowest_per_matrix,
     lowest_per_row,
+    n_pruned,
     nm_violations,
     parse_structure,
 )
-from benchmark_illusion.compression.pruning.sparsegpt import Hessian, sparsegpt_prune
+from benchmark_illusion.compression.pruning.sparsegpt import (
+    Hessian,
+    inverse_hessian_factor,
+    sparsegpt_prune,
+)
 from benchmark_illusion.compression.pruning.wanda import InputNorms, wanda_mask, wanda_scores
 from conftest import make_tiny_model, real_layer_inputs
 
@@ -397,6 +402,19 @@ def test_wanda_ranks_by_norms_that_differ_beyond_float32():
     assert torch.equal(mask, torch.tensor([[False, True]] * 3))
 
 
+def test_the_inverse_hessian_factor_is_the_same_at_one_and_two_threads():
+    """LAPACK's blocked Cholesky factor differs in its last bits between 1 and 2 threads, in
+    float64 too (MKL, from 64 inputs on): sparsegpt.inverse_hessian_factor factorizes at one
+    thread on the CPU, then gives the caller's thread count back."""
+    x = torch.randn(512, 128, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    h = x.T @ x
+    one = at_threads(1, lambda: inverse_hessian_factor(h, 0.01)[0])
+    two, threads = at_threads(
+        2, lambda: (inverse_hessian_factor(h, 0.01)[0], torch.get_num_threads())
+    )
+    assert torch.equal(one, two) and threads == 2
+
+
 def test_masks_and_hessians_stay_on_the_scores_device():
     """Made on the device of their input (the meta device stands in for a GPU)."""
     assert Hessian(3, "meta").sum.device.type == "meta"
@@ -437,6 +455,22 @@ def test_per_matrix_and_n_of_m_ties_break_by_position():
     assert torch.equal(
         magnitude_mask(w, 0.5, Structure()), torch.tensor([[1, 1, 1, 0], [0, 1, 0, 0]]).bool()
     )
+
+
+def test_per_matrix_mask_is_a_stable_sorts_first_k():
+    """lowest_per_matrix selects by the k-th lowest score and the positions of its ties: the
+    same set as the first k of a stable argsort, on matrices full of ties (few distinct scores,
+    some sizes and sparsities)."""
+    g = torch.Generator().manual_seed(5)
+    for trial in range(60):
+        rows, cols = torch.randint(1, 30, (2,), generator=g).tolist()
+        levels = 1 + trial % 5
+        scores = torch.randint(0, levels, (rows, cols), generator=g).double()
+        sparsity = float(torch.rand(1, generator=g)) * 0.99
+        k = n_pruned(rows * cols, sparsity)
+        want = torch.zeros(rows * cols, dtype=torch.bool)
+        want[torch.argsort(scores.flatten(), stable=True)[:k]] = True
+        assert torch.equal(lowest_per_matrix(scores, sparsity), want.view(rows, cols)), trial
 
 
 # ----------------------------------------------------------------- SparseGPT against plain OBS

@@ -5,10 +5,10 @@ Structures:
   N:M            in every group of M consecutive input weights of a row, exactly N are pruned
                  (sparsity N/M; "2:4" prunes 2 of every 4, NVIDIA's sparse tensor core layout)
 
-Ties: every selection is a stable sort, so among equal scores the first position (row-major)
-is pruned first. torch.topk leaves the choice among ties to its implementation, which differs
-between CPU and GPU kernels and sizes; weights imported from a quantized file have many equal
-|W|, so this decides real masks.
+Ties: every selection prunes what a stable sort puts first, so among equal scores the first
+position (row-major) goes first. torch.topk leaves the choice among ties to its implementation,
+which differs between CPU and GPU kernels and sizes; weights imported from a quantized file have
+many equal |W|, so this decides real masks.
 """
 
 from __future__ import annotations
@@ -45,10 +45,15 @@ def lowest_per_matrix(scores: torch.Tensor, sparsity: float) -> torch.Tensor:
     """Prune the lowest-scoring `sparsity` fraction of the whole matrix (one threshold; ties:
     the first positions in row-major order)."""
     k = n_pruned(scores.numel(), sparsity)
-    mask = torch.zeros(scores.numel(), dtype=torch.bool, device=scores.device)
-    if k:
-        mask[torch.argsort(scores.flatten(), stable=True)[:k]] = True
-    return mask.view_as(scores)
+    flat = scores.flatten()
+    if not k:
+        return torch.zeros_like(scores, dtype=torch.bool)
+    # what a stable sort's first k are, without sorting: everything below the k-th lowest score,
+    # then as many of the scores equal to it as are still missing, first positions first
+    kth = torch.kthvalue(flat, k).values
+    below, tied = flat < kth, flat == kth
+    missing = k - below.sum()
+    return (below | (tied & (torch.cumsum(tied, 0) <= missing))).view_as(scores)
 
 
 def lowest_per_row(scores: torch.Tensor, sparsity: float) -> torch.Tensor:

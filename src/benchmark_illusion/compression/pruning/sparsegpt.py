@@ -13,13 +13,17 @@ later columns.
 
 Precision: H, its factor, the mask scores and the working copy of W are float64 whatever the
 model's dtype; only the returned weight is cast back. The order of a sum depends on the thread
-count and the CPU (a multi-threaded Cholesky factor of the same H differs in its last bits at 1
-and 2 threads), and one near-tie of the mask flipped by it moves every later update of its row;
-float64 makes such differences about 2^29 times smaller than float32. Among equal scores the
-mask prunes the first position (`masks`: stable sorts).
+count and the CPU, and one near-tie of the mask flipped by it moves every later update of its
+row; float64 makes such differences about 2^29 times smaller than float32. LAPACK's blocked
+Cholesky factor differs in its last bits between thread counts even in float64, and a weight
+that then rounds to float32 the other way changes the next blocks' inputs, so on the CPU the
+factor is computed at one thread. Among equal scores the mask prunes the first position
+(`masks`: stable sorts).
 """
 
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -46,17 +50,33 @@ class Hessian:
         return 2.0 * self.sum / max(self.tokens, 1)
 
 
+@contextmanager
+def one_thread_on_cpu(device: torch.device):
+    """torch (and its LAPACK) at one thread for the block, on the CPU: a blocked Cholesky
+    factor's last bits depend on the number of threads that share it."""
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def inverse_hessian_factor(h: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, torch.Tensor]:
     """(U, dead): U the upper Cholesky factor of (H + damping)^-1, dead the [in] mask of
-    H_jj = 0; U in float64."""
+    H_jj = 0; U in float64, factorized at one thread on the CPU (`one_thread_on_cpu`)."""
     h = h.detach().to(torch.float64, copy=True)
     diag = torch.diagonal(h)
     dead = diag == 0
     diag[dead] = 1.0
     diag += percdamp * diag.mean()
-    lower = torch.linalg.cholesky(h)
-    h_inv = torch.cholesky_inverse(lower)
-    return torch.linalg.cholesky(h_inv, upper=True), dead
+    with one_thread_on_cpu(h.device):
+        lower = torch.linalg.cholesky(h)
+        h_inv = torch.cholesky_inverse(lower)
+        return torch.linalg.cholesky(h_inv, upper=True), dead
 
 
 def sparsegpt_prune(
