@@ -1,5 +1,5 @@
 """Cluster sizing and the paper-scale plan: parameter counts from headers, memory and runtime
-per job kind, and `snakemake -n` of config/paper.yaml with and without the SLURM profile."""
+per job kind, and `snakemake -n` of config/paper.yaml through the SLURM profile."""
 
 from __future__ import annotations
 
@@ -268,8 +268,23 @@ def expected_paper_jobs() -> dict[str, int]:
     }
 
 
-def test_paper_config_plans_the_whole_grid(tmp_path):
-    res, seconds = dry_run(tmp_path, "--cores", "1")
+TIERS = "constraint:a100_40g=40,a100_80g=80"
+
+
+@pytest.fixture(scope="module")
+def paper_plan(tmp_path_factory):
+    """One `snakemake -n` of config/paper.yaml through the SLURM profile (with a
+    gpu_memory_request), read by the job-count and the resources tests: a plan of about 8,000
+    jobs costs a minute or more, and the profile changes where jobs go, not which."""
+    work = tmp_path_factory.mktemp("paper-plan")
+    res, seconds = dry_run(
+        work, "--profile", str(ROOT / "profiles/slurm"), "--config", f"gpu_memory_request={TIERS}"
+    )
+    return res, seconds, work
+
+
+def test_paper_config_plans_the_whole_grid(paper_plan):
+    res, seconds, work = paper_plan
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     jobs = planned_jobs(out)
@@ -282,7 +297,7 @@ def test_paper_config_plans_the_whole_grid(tmp_path):
     assert want["perturb"] == 3 * (54 + 6) and want["control"] == 3
     assert want["evaluate"] == 3 * (54 + 54 + 6 + 1 + 1) * 21
     print(f"paper plan: {sum(jobs.values())} jobs in {seconds:.1f} s")
-    assert not (tmp_path / "results").exists()
+    assert not (work / "results").exists()
 
 
 def test_model_shape_from_the_gguf_header_equals_the_imports_config(bundled_model_dir, tmp_path):
@@ -346,15 +361,8 @@ def test_gpu_request_speaks_the_sites_dialect():
         gpu_request("constraint:a100", 1000)
 
 
-def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(tmp_path):
-    tiers = "constraint:a100_40g=40,a100_80g=80"
-    res, _ = dry_run(
-        tmp_path,
-        "--profile",
-        str(ROOT / "profiles/slurm"),
-        "--config",
-        f"gpu_memory_request={tiers}",
-    )
+def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(paper_plan):
+    res, _, _ = paper_plan
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     # one resources line per job, after its "rule <name>:" line
