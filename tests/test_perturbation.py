@@ -202,6 +202,27 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     assert not (tmp_path / "x").exists()
 
 
+def test_the_twins_of_a_methods_replicates_are_independent_draws(tiny_dirs, tmp_path):
+    """noise0-magnitude and noise0-magnitude-s1 (the twins of two replicates, one twin seed) draw
+    their noise from different seeds (perturbation.draw_seed); the first replicate's twin keeps
+    the twin seed itself, so a config with one replicate draws what it always drew."""
+    dense_dir, source = tiny_dirs
+    params = rule_params.perturb({"models": {"tiny": {"dtype": "float32"}}}, "tiny")
+    kw = dict(model="tiny", structure="unstructured", sparsity=0.3)
+    windows = held_out(tmp_path)
+    reports = {
+        method: perturbation.perturb_file(
+            dense_dir, source, tmp_path / method, params, method=method, damage_text=windows, **kw
+        )
+        for method in ("noise0-magnitude", "noise0-magnitude-s1", "noise0-magnitude-s2")
+    }
+    assert [r["seed"] for r in reports.values()] == [0, 0, 0]
+    draws = [r["noise_seed"] for r in reports.values()]
+    assert draws[0] == 0 and len(set(draws)) == 3
+    assert len({sha(tmp_path / m) for m in reports}) == 3
+    assert perturbation.draw_seed(0, "magnitude-s1") == draws[1]  # a function of (seed, k) only
+
+
 # --- the damage-matched and structure-matched twins -------------------------------------------
 
 

@@ -7,7 +7,7 @@ and every seed of `controls.perturbation.seeds`, a twin W' = W + s D per Linear 
 changed, with a direction D per Linear and one scale s for the whole model:
   size (noise<seed>-<source>)   D = (r ||W||_F / ||N||_F) N, N standard normal noise drawn on the
                                 CPU in float32 from a generator seeded with (seed, the Linear's
-                                name), r = ||C - W||_F / ||W||_F that Linear's relative change in
+                                name; for a replicate <method>-s<k>, draw_seed(seed, source)), r = ||C - W||_F / ||W||_F that Linear's relative change in
                                 C; s = 1: every changed Linear moves by exactly the compression's
                                 relative Frobenius distance, in a random direction.
   damage (damage<seed>-<source>) the same D; s found so that the twin's damage (mean next-token
@@ -51,6 +51,21 @@ from benchmark_illusion.compression.names import PLACEBO_SEED
 log = logging.getLogger("benchmark_illusion")
 
 REPORT = "perturbation.json"
+
+
+def draw_seed(seed: int, source: str) -> int:
+    """The seed a twin's noise is drawn from: the twin seed itself for the twin of a first
+    replicate (a source with the plain method name) or of any other checkpoint, and for the twin
+    of a replicate <method>-s<k> the first 8 bytes of sha256('seed|replicate|k'), 63 bits: the
+    twins of a method's replicates are then independent draws of noise, not one direction at
+    three scales."""
+    from benchmark_illusion.compression.names import parse_replicate
+
+    _, replicate = parse_replicate(source)
+    if replicate is None:
+        return int(seed)
+    digest = hashlib.sha256(f"{int(seed)}|replicate|{replicate}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & (2**63 - 1)
 
 
 def noise_seed(seed: int, name: str) -> int:
@@ -311,13 +326,15 @@ def perturb_file(
     report = perturb_model(
         net,
         source_dir,
-        seed,
+        draw_seed(seed, source),
         kind,
         measure=lambda s: dmg.damage(net, windows, reference),
         source_damage=source_damage,
         nm=_nm_of(structure),
     )
     report.update(
+        seed=int(seed),
+        noise_seed=draw_seed(seed, source),
         model=model,
         method=method,
         source_method=source,
