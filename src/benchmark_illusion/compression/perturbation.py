@@ -7,9 +7,11 @@ and every seed of `controls.perturbation.seeds`, a twin W' = W + s D per Linear 
 changed, with a direction D per Linear and one scale s for the whole model:
   size (noise<seed>-<source>)   D = (r ||W||_F / ||N||_F) N, N standard normal noise drawn on the
                                 CPU in float32 from a generator seeded with (seed, the Linear's
-                                name; for a replicate <method>-s<k>, draw_seed(seed, source)), r = ||C - W||_F / ||W||_F that Linear's relative change in
-                                C; s = 1: every changed Linear moves by exactly the compression's
-                                relative Frobenius distance, in a random direction.
+                                name), the seed of a replicate <method>-s<k>'s twin made from
+                                (seed, k) (draw_seed); r = ||C - W||_F / ||W||_F that Linear's
+                                relative change in C; s = 1: every changed Linear moves by
+                                exactly the compression's relative Frobenius distance, in a
+                                random direction.
   damage (damage<seed>-<source>) the same D; s found so that the twin's damage (mean next-token
                                 KL divergence from the dense model on held-out text,
                                 compression/damage.py) equals C's.
