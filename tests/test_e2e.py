@@ -1580,23 +1580,37 @@ while not Path(sys.argv[3]).exists():
 """
 
 
-def test_the_paired_test_flags_the_positive_control_and_not_the_negative(smoke_run):
-    """The whole pipeline's controls on the bundled model, in the smoke run (whose config leaves
-    `controls` at the defaults: one damage-matched twin per compressed checkpoint, the positive
-    control `forbid`, the negative control placebo-wanda): the paired test must flag `forbid`
-    (the dense weights, each gold's first token forbidden in every decode, mc untouched) and not
-    the placebo (noise at Wanda's damage, evaluated as if compressed); every twin's damage
-    matches its source's."""
-    work, _ = smoke_run
-    con = duckdb.connect(str(work / "results/illusion.duckdb"), read_only=True)
+def test_the_paired_test_flags_the_positive_control_and_not_the_negative(smoke_run, tmp_path):
+    """The whole pipeline's controls on the bundled model, beside the smoke run's files (hard
+    links): Wanda 30 % with its damage-matched twin, the positive control `forbid` (the dense
+    weights, each gold's first token forbidden in every decode, mc untouched) and the negative
+    control placebo-wanda (noise at Wanda's damage, evaluated as if compressed). The paired test
+    must flag the first and not the second; the twins' damage matches Wanda's."""
+    work, cfg = smoke_run
+    copy = tmp_path / "run"
+    link_copy(work, copy)
+    edited = yaml.safe_load(cfg.read_text())
+    edited["pruning"] = {"methods": ["wanda"], "sparsities": [0.3]}
+    edited["quantization"] = {"methods": []}
+    edited["concepts"] = {"enabled": False}
+    edited["controls"] = {
+        "perturbation": {"seeds": [0], "match": ["damage"]},
+        "positive": True,
+        "negative": "wanda",
+    }
+    path = tmp_path / "controls.yaml"
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    res = snakemake(copy, path)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    con = duckdb.connect(str(copy / "results/illusion.duckdb"), read_only=True)
     rows = {
         r[0]: r[1:]
         for r in con.execute(
             "SELECT method, control, mc_only, floor_mc_only, mc_only_diff, diff_ci_low, "
-            "diff_ci_high, flagged, n_items FROM illusion WHERE structure <> '2:4'"
+            "diff_ci_high, flagged, n_items FROM illusion"
         ).fetchall()
     }
-    assert {"wanda", "forbid", "placebo-wanda"} <= set(rows), rows
+    assert set(rows) == {"wanda", "forbid", "placebo-wanda"}, rows
     ctl, mc_only, floor, diff, lo, hi, flagged, n = rows["forbid"]
     # positive: the decodes cannot write the gold, mc still finds it; its floor is the dense model
     assert ctl == "positive" and flagged and lo > 0 and mc_only >= 0.8 and floor == 0, rows
@@ -1608,11 +1622,11 @@ def test_the_paired_test_flags_the_positive_control_and_not_the_negative(smoke_r
         "WHERE method = 'forbid'"
     ).fetchone()
     assert open_forbid[0] <= 0.2 and open_forbid[1] == 1.0, open_forbid
-    # every twin's and the placebo's damage matches its source's (KL on the held-out windows)
+    # the twins' and the placebo's damage match Wanda's (KL on the held-out windows)
     dmg = con.execute(
         "SELECT method, kl, source_kl, matched FROM damage ORDER BY method"
     ).fetchall()
-    assert {"damage0-wanda", "placebo-wanda"} <= {d[0] for d in dmg}, dmg
+    assert [d[0] for d in dmg] == ["damage0-wanda", "placebo-wanda"]
     for method, kl, source_kl, matched in dmg:
         assert matched and kl == pytest.approx(source_kl, rel=0.02), method
     con.close()

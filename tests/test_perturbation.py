@@ -576,7 +576,7 @@ def test_default_config_plans_one_twin_and_its_evaluations_per_checkpoint_and_se
     cfg["controls"]["perturbation"]["match"] = ["damage", "size", "structure"]
     every, out = dry_run(tmp_path, cfg)
     assert every["perturb"] == 3 * checkpoints * len(seeds) + placebos
-    assert "noise0-wanda" in out and "mask0-magnitude" in out
+    assert "noise0-wanda" in out and "mask0-sparsegpt" in out
     cfg["controls"] = {"perturbation": {"seeds": []}, "positive": False, "negative": None}
     off, out = dry_run(tmp_path, cfg)
     assert "perturb" not in off and "control" not in off
