@@ -325,18 +325,19 @@ def perturb_file(
     source_damage = dmg.damage(src_net, windows, reference)
     del src_net
     dense_nll = dmg.damage(net, windows, reference)["nll"]
+    draw = draw_seed(seed, source)
     report = perturb_model(
         net,
         source_dir,
-        draw_seed(seed, source),
+        draw,
         kind,
         measure=lambda s: dmg.damage(net, windows, reference),
         source_damage=source_damage,
         nm=_nm_of(structure),
     )
     report.update(
-        seed=int(seed),
-        noise_seed=draw_seed(seed, source),
+        seed=int(seed),  # the twin's seed, as its name spells it; perturb_model's is the draw's
+        noise_seed=draw,
         model=model,
         method=method,
         source_method=source,
