@@ -5,8 +5,6 @@ format with its own prompt (`candidates`, `oneshot`)."""
 
 from __future__ import annotations
 
-import time
-
 from tqdm import tqdm
 
 from benchmark_illusion.evaluation import engine, generation
@@ -153,69 +151,6 @@ def prefill_batches(order: list[int], ids: list[list[int]], settings: EvalSettin
     return batches(order, settings.batch_size, None, [len(x) for x in ids], settings.batch_tokens)
 
 
-def decode_grouped(
-    model,
-    prefilled,
-    budget: list[int],
-    stop,
-    pad_id: int,
-    settings: EvalSettings,
-    item_ids: list[str],
-    fmt: str,
-    bans: list[list[int]] | None = None,
-):
-    """Greedy answers of prefilled batches, decoded together settings.decode_rows rows at a time.
-
-    prefilled: (batch, state, payload) triples as the caller's prefills produce them (each
-    batch's state no longer needed by the caller once yielded). A decode step reads every
-    weight once whatever its rows (on 2 CPU cores a 32-row step of the bundled model costs
-    1.5x an 8-row one, for 4x the rows), so the rows of consecutive batches are stacked
-    (`generation.stack`) before decoding. settings.decode_tokens bounds the stacked cache: a group
-    holds no more rows than fit that many tokens at its widest prompt plus the decode room (one
-    batch always fits). Yields, per batch, in order: (batch, payload, generated ids per row, decode
-    seconds per row). budget, item_ids, bans (token ids a row may not write; None: none): per
-    item index; fmt: the format, for errors.
-    """
-    group: list = []
-
-    def flush():
-        t0 = time.perf_counter()
-        ids = [i for batch, _, _ in group for i in batch]
-        room = max(budget[i] for i in ids)
-        state = generation.stack([st for _, st, _ in group], room=room)  # frees their caches
-        with BatchItems(fmt, [item_ids[i] for i in ids]):
-            gen = generation.greedy(
-                model,
-                state,
-                [budget[i] for i in ids],
-                stop,
-                pad_id,
-                ban=[bans[i] for i in ids] if bans is not None else None,
-            )
-        dt = (time.perf_counter() - t0) / len(ids)
-        at = 0
-        for batch, _, payload in group:
-            yield batch, payload, gen[at : at + len(batch)], dt
-            at += len(batch)
-
-    def cells(members) -> int:
-        n = sum(len(b) for b, _, _ in members)
-        width = max(st.mask.shape[1] for _, st, _ in members)
-        room = max(budget[i] for b, _, _ in members for i in b)
-        return n * (width + room)
-
-    for triple in prefilled:
-        if group and cells([*group, triple]) > settings.decode_tokens:
-            yield from flush()
-            group = []
-        group.append(triple)
-        if sum(len(batch) for batch, _, _ in group) >= settings.decode_rows:
-            yield from flush()
-            group = []
-    if group:
-        yield from flush()
-
-
 def forbidden(toks: Tokens, rows: list[dict], settings) -> list[list[int]] | None:
     """Per row, the tokens its decodes may not write: each gold's first tokens when the
     settings ask for it (the positive control), else None."""
@@ -336,7 +271,7 @@ def decoy_option(item: dict) -> int | None:
 
 
 def greedy_format(
-    model,
+    eng,
     toks: Tokens,
     rows,
     settings,
@@ -349,56 +284,53 @@ def greedy_format(
 ) -> list[dict]:
     """Greedy answers in a format with its own prompt: `candidates` or `oneshot`.
 
-    max_new_tokens: the budget floor (default: evaluation.max_new_tokens); each row's budget is
-    raised to its longest gold + budget_margin (see `budgets`).
+    eng: an engine (engines.Engine), or a transformers model for the native engine (with
+    `stop`, its stop rule; None: from the model). max_new_tokens: the budget floor (default:
+    evaluation.max_new_tokens); each row's budget is raised to its longest gold +
+    budget_margin (see `budgets`).
     """
+    from benchmark_illusion.evaluation.engines import Request
+    from benchmark_illusion.evaluation.engines.native import NativeEngine, as_engine
+
+    if stop is not None and not hasattr(eng, "score_and_greedy"):
+        eng = NativeEngine(eng, toks.pad_id, settings, stop)
+    eng = as_engine(eng, toks.tok, settings)
     budget = budgets(toks, rows, max_new_tokens or settings.max_new_tokens, settings.budget_margin)
     # greedy takes a budget per row: batches are cut by prompt length only
     texts, ids, order = format_prompts(toks, settings, rows, fmt, exemplars)
-    out = []
+    bans = forbidden(toks, rows, settings)
+    requests = [
+        Request(
+            ids[i],
+            rows[i]["item_id"],
+            budget=budget[i],
+            ban=bans[i] if bans is not None else None,
+        )
+        for i in order
+    ]
     bar = tqdm(
         total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress
     )
-
-    item_ids = [r["item_id"] for r in rows]
-
-    def prefilled():
-        for batch in prefill_batches(order, ids, settings):
-            t0 = time.perf_counter()
-            with BatchItems(fmt, [item_ids[i] for i in batch]):
-                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-            yield batch, state, (time.perf_counter() - t0) / len(batch)
-            bar.update(len(batch))
-
-    grouped = decode_grouped(
-        model,
-        prefilled(),
-        budget,
-        stop,
-        toks.pad_id,
-        settings,
-        item_ids,
-        fmt,
-        bans=forbidden(toks, rows, settings),
-    )
-    for batch, t_prefill, gen, t_gen in grouped:
-        for b, i in enumerate(batch):
-            out.append(
-                generated_row(
-                    toks,
-                    settings,
-                    base,
-                    rows[i],
-                    fmt,
-                    "greedy",
-                    texts[i],
-                    ids[i],
-                    gen[b],
-                    budget[i],
-                    t_prefill + t_gen,
-                )
-            )
+    answers = eng.score_and_greedy(requests, fmt, on_done=bar.update)
     bar.close()
+    out = []
+    for j, i in enumerate(order):
+        a = answers[j]
+        out.append(
+            generated_row(
+                toks,
+                settings,
+                base,
+                rows[i],
+                fmt,
+                "greedy",
+                texts[i],
+                ids[i],
+                a.tokens,
+                budget[i],
+                a.prompt_seconds + a.decode_seconds,
+            )
+        )
     return out
 
 

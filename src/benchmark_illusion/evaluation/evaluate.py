@@ -19,17 +19,15 @@ from tqdm import tqdm
 
 from benchmark_illusion.evaluation import engine
 from benchmark_illusion.evaluation.decoding import (
-    BatchItems,
     Tokens,
     budgets,
-    decode_grouped,
     forbidden,
     format_prompts,
     generated_row,
     greedy_format,
-    prefill_batches,
-    stop_rule,
 )
+from benchmark_illusion.evaluation.engines import Request
+from benchmark_illusion.evaluation.engines.native import as_engine, naive_logprob
 from benchmark_illusion.evaluation.prompts import prompt_id
 from benchmark_illusion.evaluation.recovery import recovery_rows
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA
@@ -63,17 +61,6 @@ class RunMeta:
         )
 
 
-@torch.inference_mode()
-def naive_logprob(model, prefix: list[int], cont: list[int]) -> float:
-    """Sum log p(cont | prefix) by one full forward pass (the reference path)."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([prefix + cont], device=device)
-    logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), -1)
-    engine.check_finite(logp[None], "scoring of a boundary-merged option")
-    n = len(prefix)
-    return float(sum(logp[n - 1 + j, t] for j, t in enumerate(cont)))
-
-
 def evaluate_items(
     model,
     tokenizer,
@@ -86,6 +73,8 @@ def evaluate_items(
     """Run every requested format, then the enabled recovery decodes; return the log rows
     (LOG_SCHEMA).
 
+    model: an engine (engines.Engine: native or vllm), or a transformers model, which the
+      native engine runs.
     exemplars: item_id -> item for the 1-shot examples (needed when recovery.oneshot is on).
     Raises engine.NonFiniteError, naming the checkpoint, the step and the items, on a NaN or
     infinite logit or log-probability: no row is returned.
@@ -95,7 +84,7 @@ def evaluate_items(
         raise ValueError(f"unknown formats {sorted(unknown)}; known: {FORMATS}")
     torch.manual_seed(settings.seed)
     toks = Tokens(tokenizer, settings.prompt)
-    stop = stop_rule(model, tokenizer)
+    eng = as_engine(model, tokenizer, settings)
     rows = items.to_dicts()
     base = dict(
         model=meta.model,
@@ -111,25 +100,25 @@ def evaluate_items(
         sample=0,
     )
     try:
-        out = _rows(model, toks, rows, settings, stop, base, exemplars, progress)
+        out = _rows(eng, toks, rows, settings, base, exemplars, progress)
     except engine.NonFiniteError as err:
-        err.dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        err.dtype = eng.dtype
         err.checkpoint = f"{meta.checkpoint()} in {err.dtype}"
         raise
     df = pl.DataFrame(out, schema=LOG_SCHEMA)
     return df.sort(["item_id", "format", "decode", "sample"])
 
 
-def _rows(model, toks, rows, settings, stop, base, exemplars, progress) -> list[dict]:
+def _rows(eng, toks, rows, settings, base, exemplars, progress) -> list[dict]:
     """The log rows of every requested format and recovery decode, unsorted."""
     out: list[dict] = []
     want = set(settings.formats)
     if want & {"open", "mc"}:
-        out += _open_and_mc(model, toks, rows, settings, stop, base, want, progress)
+        out += _open_and_mc(eng, toks, rows, settings, base, want, progress)
     if "mc_nopassage" in want:
-        out += _mc_nopassage(model, toks, rows, settings, base, progress)
+        out += _mc_nopassage(eng, toks, rows, settings, base, progress)
     if "candidates" in want:
-        out += greedy_format(model, toks, rows, settings, stop, base, progress, "candidates")
+        out += greedy_format(eng, toks, rows, settings, None, base, progress, "candidates")
     if settings.recovery.any:
         targets = rows
         scope = settings.recovery.scope
@@ -141,73 +130,42 @@ def _rows(model, toks, rows, settings, stop, base, exemplars, progress) -> list[
             if scope == "mc_only":
                 keep &= {r["item_id"] for r in out if r["format"] == "mc" and r["correct"]}
             targets = [r for r in rows if r["item_id"] in keep]
-        out += recovery_rows(model, toks, targets, settings, stop, base, exemplars or {}, progress)
+        out += recovery_rows(eng, toks, targets, settings, None, base, exemplars or {}, progress)
     return out
 
 
-def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress) -> list[dict]:
+def _open_and_mc(eng, toks: Tokens, rows, settings, base, want, progress) -> list[dict]:
+    """The `open` and `mc` rows: one request per item, its golds and (with mc) its options
+    scored, and (with open) its greedy answer decoded from the same prompt."""
     budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
-    # greedy takes a budget per row: batches are cut by prompt length only
     texts, ids, order = format_prompts(toks, settings, rows, "open")
-    item_ids = [r["item_id"] for r in rows]
-    out = []
+    bans = forbidden(toks, rows, settings)
+    golds = {i: _gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in order}
+    options = _option_continuations(toks, rows, order, texts, ids) if "mc" in want else None
+    requests = [
+        Request(
+            ids[i],
+            rows[i]["item_id"],
+            conts=[c for _, c in golds[i]] + ([c for c, _ in options[j]] if options else []),
+            budget=budget[i] if "open" in want else 0,
+            ban=bans[i] if bans is not None else None,
+        )
+        for j, i in enumerate(order)
+    ]
     bar = tqdm(
         total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress
     )
-
-    def prefilled():
-        """Prefill and score each batch (its mc rows go to `out`); the open answers wait for
-        their group's decode."""
-        for batch in prefill_batches(order, ids, settings):
-            naming = BatchItems("open+mc", [item_ids[i] for i in batch])
+    answers = eng.score_and_greedy(requests, "open+mc", "open", on_done=bar.update)
+    bar.close()
+    out = []
+    for j, i in enumerate(order):
+        a, g = answers[j], golds[i]
+        if "mc" in want:
             t0 = time.perf_counter()
-            with naming:
-                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-            t_prefill = time.perf_counter() - t0
-
-            t1 = time.perf_counter()
-            golds = [_gold_continuations(toks, texts[i], ids[i], rows[i]["answers"]) for i in batch]
-            options = _option_continuations(toks, rows, batch, texts, ids) if "mc" in want else None
-            conts = [
-                [c for _, c in g] + ([c for c, _ in options[b]] if options else [])
-                for b, g in enumerate(golds)
-            ]
-            with naming:
-                scores = engine.score_tokens(model, state, conts, toks.pad_id)
-            best = [_gold_rank(toks, g, scores[b][: len(g)]) for b, g in enumerate(golds)]
-            if "mc" in want:
-                out.extend(
-                    _mc_rows(
-                        model,
-                        rows,
-                        batch,
-                        texts,
-                        ids,
-                        options,
-                        [sc[len(g) :] for sc, g in zip(scores, golds, strict=True)],
-                        base,
-                    )
-                )
-                t_mc = (time.perf_counter() - t1) / len(batch)
-                for row in out[-len(batch) :]:
-                    row["seconds"] = t_mc + t_prefill / len(batch)
-            bar.update(len(batch))
-            if "open" in want:
-                yield batch, state, (best, t_prefill / len(batch))
-
-    grouped = decode_grouped(
-        model,
-        prefilled(),
-        budget,
-        stop,
-        toks.pad_id,
-        settings,
-        item_ids,
-        "open",
-        bans=forbidden(toks, rows, settings),
-    )
-    for batch, (best, t_prefill), gen, t_gen in grouped:
-        for b, i in enumerate(batch):
+            (row,) = _mc_rows(eng, rows, [i], texts, ids, [options[j]], [a.scores[len(g) :]], base)
+            row["seconds"] = a.prompt_seconds + a.score_seconds + time.perf_counter() - t0
+            out.append(row)
+        if "open" in want:
             out.append(
                 generated_row(
                     toks,
@@ -218,46 +176,44 @@ def _open_and_mc(model, toks: Tokens, rows, settings, stop, base, want, progress
                     "greedy",
                     texts[i],
                     ids[i],
-                    gen[b],
+                    a.tokens,
                     budget[i],
-                    t_gen + t_prefill,
-                    **best[b],
+                    a.decode_seconds + a.prompt_seconds,
+                    **_gold_rank(toks, g, a.scores[: len(g)]),
                 )
             )
-    bar.close()
     return out
 
 
-def _mc_nopassage(model, toks: Tokens, rows, settings, base, progress) -> list[dict]:
+def _mc_nopassage(eng, toks: Tokens, rows, settings, base, progress) -> list[dict]:
     """The `mc_nopassage` rows: the mc options scored exactly as `mc` scores them, on the `mc`
     prompt with the passage left out (prompts.user_message). The guessing control: how often
     the question and the options alone pick the gold.
 
     The prompts are short (the template, the instruction, the question), so their batches are
-    cheap; the tokens every prompt of a batch starts with (the template's head and the
-    instruction) run once per batch (engine.prefill's shared head).
+    cheap; the native engine runs the tokens every prompt of a batch starts with (the
+    template's head and the instruction) once per batch (engine.prefill's shared head).
     """
     texts, ids, order = format_prompts(toks, settings, rows, "mc_nopassage")
-    item_ids = [r["item_id"] for r in rows]
-    out = []
+    options = _option_continuations(toks, rows, order, texts, ids)
+    requests = [
+        Request(ids[i], rows[i]["item_id"], conts=[c for c, _ in options[j]])
+        for j, i in enumerate(order)
+    ]
     bar = tqdm(
         total=len(rows), desc=f"mc_nopassage {base['dataset']}/{base['lang']}", disable=not progress
     )
-    for batch in prefill_batches(order, ids, settings):
-        t0 = time.perf_counter()
-        with BatchItems("mc_nopassage", [item_ids[i] for i in batch]):
-            state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-            options = _option_continuations(toks, rows, batch, texts, ids)
-            conts = [[c for c, _ in options[b]] for b in range(len(batch))]
-            scores = engine.score_tokens(model, state, conts, toks.pad_id)
-        del state
-        new = _mc_rows(model, rows, batch, texts, ids, options, scores, base, "mc_nopassage")
-        seconds = (time.perf_counter() - t0) / len(batch)
-        for row in new:
-            row["seconds"] = seconds
-        out += new
-        bar.update(len(batch))
+    answers = eng.score_and_greedy(requests, "mc_nopassage", on_done=bar.update)
     bar.close()
+    out = []
+    for j, i in enumerate(order):
+        a = answers[j]
+        t0 = time.perf_counter()
+        (row,) = _mc_rows(
+            eng, rows, [i], texts, ids, [options[j]], [a.scores], base, "mc_nopassage"
+        )
+        row["seconds"] = a.prompt_seconds + a.score_seconds + time.perf_counter() - t0
+        out.append(row)
     return out
 
 
@@ -331,7 +287,7 @@ def _option_continuations(
     return out
 
 
-def _mc_rows(model, rows, batch, texts, ids, options, scores, base, fmt="mc") -> list[dict]:
+def _mc_rows(eng, rows, batch, texts, ids, options, scores, base, fmt="mc") -> list[dict]:
     """The log rows of option scores (format `fmt`: mc, or mc_nopassage on its own prompt)."""
     out = []
     for b, i in enumerate(batch):
@@ -341,8 +297,7 @@ def _mc_rows(model, rows, batch, texts, ids, options, scores, base, fmt="mc") ->
         for k, m in enumerate(merged):
             if m is not None:  # boundary merge: score from the shared prefix, without the cache
                 start, cont = m
-                with BatchItems(fmt, [r["item_id"]]):
-                    ll[k] = naive_logprob(model, ids[i][:start], cont)
+                ll[k] = eng.score_prefix(ids[i][:start], cont, fmt, r["item_id"])
         # lm-evaluation-harness's acc_norm divides by the option's length in characters, its
         # acc_bytes by the length in UTF-8 bytes (a CJK character is 3 bytes, a Thai one 3)
         opts = r["options"]

@@ -26,37 +26,41 @@ tokenizer). Every row logs its budget in `max_new_tokens`.
 
 from __future__ import annotations
 
-import time
-
-import torch
 from tqdm import tqdm
 
-from benchmark_illusion.evaluation import engine, generation
+from benchmark_illusion.evaluation import generation
 from benchmark_illusion.evaluation.decoding import (
-    BatchItems,
-    batches,
     budgets,
     forbidden,
     format_prompts,
     generated_row,
     greedy_format,
 )
+from benchmark_illusion.evaluation.engines import Engine, Request, Sampling
+from benchmark_illusion.evaluation.engines.native import NativeEngine, as_engine
 from benchmark_illusion.evaluation.settings import RecoverySettings
 
 __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
 
 
 def recovery_rows(
-    model,
+    eng,
     toks,
     rows: list[dict],
     settings,
-    stop: generation.StopRule,
+    stop: generation.StopRule | None,
     base: dict,
     exemplars: dict[str, dict],
     progress: bool,
 ) -> list[dict]:
-    """Log rows of every enabled recovery decode on `rows` (already restricted to the scope)."""
+    """Log rows of every enabled recovery decode on `rows` (already restricted to the scope).
+
+    eng: an engine (engines.Engine), or a transformers model for the native engine (with
+    `stop`, its stop rule; None: from the model).
+    """
+    if stop is not None and not isinstance(eng, Engine):
+        eng = NativeEngine(eng, toks.pad_id, settings, stop)
+    eng = as_engine(eng, toks.tok, settings)
     rec: RecoverySettings = settings.recovery
     floor = recovery_floor(settings)
     out: list[dict] = []
@@ -67,77 +71,59 @@ def recovery_rows(
         texts, ids, order = format_prompts(toks, settings, rows, "open", budget=budget)
         bans = forbidden(toks, rows, settings)
         decodes = [d for d, on in (("beam", rec.beam), ("sample", rec.sample)) if on]
+        how = Sampling(
+            num_beams=rec.num_beams if rec.beam else 0,
+            num_samples=rec.num_samples if rec.sample else 0,
+            top_p=rec.top_p,
+            temperature=rec.temperature,
+            seed=settings.seed,
+        )
+        requests = [
+            Request(
+                ids[i],
+                rows[i]["item_id"],
+                budget=budget[i],
+                ban=bans[i] if bans is not None else None,
+            )
+            for i in order
+        ]
         bar = tqdm(
             total=len(rows),
             desc=f"{'+'.join(decodes)} {base['dataset']}/{base['lang']}",
             disable=not progress,
         )
-        for n_batch, batch in enumerate(batches(order, settings.batch_size, budget)):
-            # One prefill of the batch's prompts serves every beam and every sample.
-            names = [rows[i]["item_id"] for i in batch]
-            t0 = time.perf_counter()
-            with BatchItems(f"recovery {'+'.join(decodes)}", names):
-                state = engine.prefill(model, [ids[i] for i in batch], toks.pad_id)
-            t_prefill = (time.perf_counter() - t0) / len(decodes)
-            row_budgets = [budget[i] for i in batch]
-            for decode in decodes:
-                t1 = time.perf_counter()
-                if decode == "beam":
-                    with BatchItems("recovery beam", names):
-                        seqs = generation.beam_search(
-                            model,
-                            state,
-                            rec.num_beams,
-                            row_budgets,
-                            stop.stop_ids,
-                            ban=[bans[i] for i in batch] if bans is not None else None,
-                        )
-                else:
-                    # Seeded per batch: batches are fixed by length sorting, so reruns draw
-                    # the same.
-                    gen = torch.Generator(device=state.mask.device)
-                    gen.manual_seed(settings.seed * 1_000_003 + n_batch)
-                    with BatchItems("recovery sample", names):
-                        seqs = generation.sample(
-                            model,
-                            state,
-                            rec.num_samples,
-                            row_budgets,
-                            stop,
-                            gen,
-                            top_p=rec.top_p,
-                            temperature=rec.temperature,
-                            ban=[bans[i] for i in batch] if bans is not None else None,
-                        )
-                k = rec.num_beams if decode == "beam" else rec.num_samples
-                dt = (t_prefill + time.perf_counter() - t1) / (len(batch) * k)
-                for b, i in enumerate(batch):
-                    for j, gen_ids in enumerate(seqs[b]):
-                        out.append(
-                            generated_row(
-                                toks,
-                                settings,
-                                base,
-                                rows[i],
-                                "open",
-                                decode,
-                                texts[i],
-                                ids[i],
-                                gen_ids,
-                                budget[i],
-                                dt,
-                                sample=j,
-                            )
-                        )
-            bar.update(len(batch))
+        found = eng.beams_and_samples(requests, how, "recovery", on_done=bar.update)
         bar.close()
+        for j, i in enumerate(order):
+            got = found[j]
+            for decode, seqs, dt in (
+                ("beam", got.beams, got.beam_seconds),
+                ("sample", got.samples, got.sample_seconds),
+            ):
+                for k, gen_ids in enumerate(seqs):
+                    out.append(
+                        generated_row(
+                            toks,
+                            settings,
+                            base,
+                            rows[i],
+                            "open",
+                            decode,
+                            texts[i],
+                            ids[i],
+                            gen_ids,
+                            budget[i],
+                            dt,
+                            sample=k,
+                        )
+                    )
     if rec.oneshot:
         out += greedy_format(
-            model,
+            eng,
             toks,
             rows,
             settings,
-            stop,
+            None,
             base,
             progress,
             "oneshot",
