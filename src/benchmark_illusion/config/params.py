@@ -44,12 +44,19 @@ THROUGHPUT_KEYS = ("decode_rows", "batch_tokens", "decode_tokens")
 
 
 def evaluation(config: dict) -> dict:
-    """What decides evaluation rows: seed, prompt, judge, evaluation (not where it runs)."""
+    """What decides evaluation rows: seed, prompt, judge, evaluation (not where it runs).
+
+    evaluation.engine is a param when it names another engine than the native one (vLLM's
+    rows may differ in the last bits of a score, hence in a near-tie); `native` is left out, so
+    that results made before the key existed are not re-run.
+    """
+    e = config["evaluation"]
+    drop = ("device", *THROUGHPUT_KEYS) + (("engine",) if e.get("engine") == "native" else ())
     return {
         "seed": config["seed"],
         "prompt": config["prompt"],
         "judge": config["judge"],
-        "evaluation": _without(config["evaluation"], "device", *THROUGHPUT_KEYS),
+        "evaluation": _without(e, *drop),
     }
 
 

@@ -143,6 +143,11 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
             f"evaluation.formats: must include open and mc, item selection needs both "
             f"(got {', '.join(formats)})"
         )
+    if (config.get("evaluation") or {}).get("engine") == "vllm":
+        from benchmark_illusion.evaluation.engines import missing_vllm_message, vllm_python
+
+        if vllm_python() is None:
+            errors.append(missing_vllm_message())
     missing = []
     for name, m in config.get("models", {}).items():
         missing += source_errors(f"models.{name}", m, root)

@@ -114,3 +114,58 @@ class Engine(ABC):
 
     def close(self) -> None:  # noqa: B027 (optional)
         """Release what the engine holds (processes, memory)."""
+
+
+# ---------------------------------------------------------------- where vLLM is installed
+
+VLLM_PYTHON_ENV = "BENCHMARK_ILLUSION_VLLM_PYTHON"
+
+
+def project_root():
+    """The project folder (this package lives in its src/)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[4]
+
+
+def vllm_here() -> bool:
+    """Whether this interpreter can import vLLM (a `make cuda-venv` venv, or the vLLM venv)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def vllm_python() -> str | None:
+    """The interpreter `evaluation.engine: vllm` runs in: this one when it has vLLM; else
+    $BENCHMARK_ILLUSION_VLLM_PYTHON; else the project's .venv-vllm (make vllm-venv). None
+    when none of them is there."""
+    import os
+    import sys
+    from pathlib import Path
+
+    if vllm_here():
+        return sys.executable
+    named = os.environ.get(VLLM_PYTHON_ENV)
+    if named:
+        return named if Path(named).is_file() else None
+    venv = project_root() / ".venv-vllm"
+    py = venv / "bin" / "python"
+    return str(py) if py.is_file() and (venv / ".installed").is_file() else None
+
+
+def missing_vllm_message(key: str = "evaluation.engine") -> str:
+    """The one error a config that asks for vLLM gets when vLLM is not installed."""
+    import os
+
+    named = os.environ.get(VLLM_PYTHON_ENV)
+    where = (
+        f"${VLLM_PYTHON_ENV} names {named}, which is not a file"
+        if named
+        else f"this Python cannot import vllm and {project_root() / '.venv-vllm'} is not installed"
+    )
+    return (
+        f"{key}: 'vllm' needs vLLM, and it is not installed ({where}). On a CPU: `make "
+        f"vllm-venv` (vLLM's CPU build in .venv-vllm); on GPU nodes: `make cuda-venv` (installs "
+        f"vLLM's CUDA build beside torch); or set {VLLM_PYTHON_ENV} to a Python that has vLLM "
+        f"and this project. Or set {key}: native."
+    )

@@ -1,0 +1,230 @@
+"""How closely two engines' log rows agree on the same items (engines/__init__.py).
+
+`parity(a, b)` compares two evaluations' rows (LOG_SCHEMA) item by item and returns one
+measure per line: what share of greedy answers are identical per format, whether mc picks the
+same option and by how much the option log-likelihoods differ, whether the gold's first-token
+rank is the same, and whether the recovery decodes recover the same items (beams and samples
+are compared by their statistics: vLLM's beam search and sampler are not the native engine's,
+so single hypotheses may differ while the share of recovered items must not).
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+GREEDY = ("open", "candidates", "oneshot")
+
+
+def _by_item(df: pl.DataFrame, fmt: str, decode: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    rows = df.filter((pl.col("format") == fmt) & (pl.col("decode") == decode)).sort(
+        ["item_id", "sample"]
+    )
+    for r in rows.to_dicts():
+        out.setdefault(r["item_id"], []).append(r)
+    return out
+
+
+def parity(a: pl.DataFrame, b: pl.DataFrame) -> list[dict]:
+    """Measures of agreement of evaluations `a` and `b` (rows: measure, agree, of, value,
+    differ: the item ids that disagree, at most 10)."""
+    out = []
+
+    def add(measure, same: list[str], of: list[str], value=None):
+        differ = sorted(set(of) - set(same))
+        out.append(dict(measure=measure, agree=len(same), of=len(of), value=value, differ=differ))
+
+    for fmt in GREEDY:
+        x, y = _by_item(a, fmt, "greedy"), _by_item(b, fmt, "greedy")
+        both = sorted(set(x) & set(y))
+        if not both:
+            continue
+        add(
+            f"{fmt}: identical greedy answers",
+            [i for i in both if x[i][0]["output"] == y[i][0]["output"]],
+            both,
+        )
+        add(
+            f"{fmt}: same verdict (correct)",
+            [i for i in both if x[i][0]["correct"] == y[i][0]["correct"]],
+            both,
+        )
+    for fmt in ("mc", "mc_nopassage"):
+        x, y = _by_item(a, fmt, "loglik"), _by_item(b, fmt, "loglik")
+        both = sorted(set(x) & set(y))
+        if not both:
+            continue
+        diff = max(
+            abs(p - q)
+            for i in both
+            for p, q in zip(x[i][0]["option_ll"], y[i][0]["option_ll"], strict=True)
+        )
+        add(
+            f"{fmt}: same argmax (largest option log-likelihood difference, nats)",
+            [i for i in both if x[i][0]["pred_option"] == y[i][0]["pred_option"]],
+            both,
+            diff,
+        )
+    x, y = _by_item(a, "open", "greedy"), _by_item(b, "open", "greedy")
+    both = sorted(i for i in set(x) & set(y) if x[i][0]["gold_rank"] is not None)
+    if both:
+        diff = max(abs(x[i][0]["gold_logprob"] - y[i][0]["gold_logprob"]) for i in both)
+        add(
+            "open: same gold first-token rank (largest log-prob difference, nats)",
+            [i for i in both if x[i][0]["gold_rank"] == y[i][0]["gold_rank"]],
+            both,
+            diff,
+        )
+    for decode in ("beam", "sample"):
+        x, y = _by_item(a, "open", decode), _by_item(b, "open", decode)
+        both = sorted(set(x) & set(y))
+        if not both:
+            continue
+        rx = {i for i in both if any(r["correct"] for r in x[i])}
+        ry = {i for i in both if any(r["correct"] for r in y[i])}
+        add(
+            f"{decode}: same items recovered (any {decode} correct; rates a / b)",
+            [i for i in both if (i in rx) == (i in ry)],
+            both,
+            f"{len(rx) / len(both):.2f} / {len(ry) / len(both):.2f}",
+        )
+        if decode == "beam":
+            add(
+                "beam: identical top beam",
+                [i for i in both if x[i][0]["output"] == y[i][0]["output"]],
+                both,
+            )
+        else:
+            share = [sum(r["correct"] for r in v[i]) / len(v[i]) for v in (x, y) for i in both]
+            half = len(both)
+            add(
+                "sample: share of correct samples (mean a / b)",
+                both,
+                both,
+                f"{sum(share[:half]) / half:.2f} / {sum(share[half:]) / half:.2f}",
+            )
+    return out
+
+
+def table(measures: list[dict]) -> str:
+    """A markdown table of `parity`'s measures."""
+    lines = ["| measure | agree | of | value | items that differ |", "|---|---|---|---|---|"]
+    for m in measures:
+        v = m["value"]
+        v = f"{v:.4f}" if isinstance(v, float) else ("" if v is None else str(v))
+        differ = ", ".join(m["differ"][:10]) + (" ..." if len(m["differ"]) > 10 else "")
+        lines.append(f"| {m['measure']} | {m['agree']} | {m['of']} | {v} | {differ} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- both engines on one item table
+
+
+def run_both(
+    model_dir: str,
+    items_path: str,
+    out_dir: str,
+    n: int | None = None,
+    vllm_runs: int = 2,
+    speed: bool = True,
+    seed: int = 1234,
+) -> dict:
+    """Evaluate the items of `items_path` (the first n) with the native engine once and the
+    vLLM engine `vllm_runs` times, in every format, with every recovery decode on every item
+    (scope 'all'); write native.parquet and vllm<k>.parquet to out_dir. With `speed`, also
+    time each engine on mc alone, on the greedy `open` decode alone and on the beams and
+    samples alone (the same items, one after the other). Runs where vLLM is installed
+    (engines.vllm_python); returns {"seconds": {engine: {phase: s}}, "load": {engine: s}}.
+    """
+    import dataclasses
+    import time
+    from pathlib import Path
+
+    from benchmark_illusion import pipeline
+    from benchmark_illusion.evaluation.decoding import Tokens
+    from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
+    from benchmark_illusion.evaluation.recovery import recovery_rows
+    from benchmark_illusion.evaluation.settings import FORMATS, EvalSettings, RecoverySettings
+    from benchmark_illusion.models.checkpoints import load_checkpoint
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = pl.read_parquet(items_path)
+    items = table.head(n) if n else table
+    exemplars = {r["item_id"]: r for r in table.to_dicts()}
+    full = EvalSettings(
+        formats=FORMATS,
+        max_new_tokens=24,
+        seed=seed,
+        recovery=RecoverySettings(scope="all"),
+    )
+    meta = RunMeta("parity", dataset="parity", lang="-")
+    timing: dict = {"seconds": {}, "load": {}, "items": items.height}
+
+    def phases(eng, tok, name):
+        if not speed:
+            return
+        secs = {}
+        for phase, fmts in (("mc", ("mc",)), ("greedy", ("open",))):
+            s = dataclasses.replace(full, formats=fmts, recovery=RecoverySettings.only())
+            t0 = time.perf_counter()
+            evaluate_items(eng, tok, items, s, meta, progress=False)
+            secs[phase] = time.perf_counter() - t0
+        s = dataclasses.replace(full, recovery=RecoverySettings.only("beam", "sample"))
+        base = dict(model="parity", method="dense", structure="none", sparsity=0.0, bits=None)
+        base.update(dataset="parity", lang="-", seed=seed, model_hash="", config_hash="")
+        toks = Tokens(tok, s.prompt)
+        t0 = time.perf_counter()
+        recovery_rows(eng, toks, items.to_dicts(), s, None, base, {}, False)
+        secs["recovery"] = time.perf_counter() - t0
+        timing["seconds"][name] = secs
+
+    t0 = time.perf_counter()
+    model, tok = load_checkpoint(model_dir, "float32", "cpu")
+    timing["load"]["native"] = time.perf_counter() - t0
+    from benchmark_illusion.evaluation.engines.native import as_engine
+
+    eng = as_engine(model, tok, full)
+    evaluate_items(eng, tok, items, full, meta, False, exemplars).write_parquet(
+        out / "native.parquet"
+    )
+    phases(eng, tok, "native")
+    del model, eng
+    t0 = time.perf_counter()
+    eng, tok = pipeline._vllm_engine(model_dir, "float32", "cpu", seed, False)
+    timing["load"]["vllm"] = time.perf_counter() - t0
+    try:
+        for k in range(1, vllm_runs + 1):
+            df = evaluate_items(eng, tok, items, full, meta, False, exemplars)
+            df.write_parquet(out / f"vllm{k}.parquet")
+        phases(eng, tok, "vllm")
+    finally:
+        eng.close()
+    return timing
+
+
+def main(argv=None) -> int:
+    import argparse
+    import json
+    from pathlib import Path
+
+    from benchmark_illusion import logs
+
+    p = argparse.ArgumentParser(description=run_both.__doc__)
+    p.add_argument("model_dir")
+    p.add_argument("items")
+    p.add_argument("out_dir")
+    p.add_argument("--n", type=int, default=None)
+    p.add_argument("--vllm-runs", type=int, default=2)
+    p.add_argument("--no-speed", action="store_true")
+    a = p.parse_args(argv)
+    logs.to_file(None)
+    timing = run_both(a.model_dir, a.items, a.out_dir, a.n, a.vllm_runs, not a.no_speed)
+    Path(a.out_dir, "timing.json").write_text(json.dumps(timing, indent=1))
+    return 0
+
+
+if __name__ == "__main__":  # vLLM starts worker processes
+    import sys
+
+    sys.exit(main())
