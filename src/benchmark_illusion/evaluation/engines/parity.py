@@ -128,13 +128,20 @@ def run_both(
     vllm_runs: int = 2,
     speed: bool = True,
     seed: int = 1234,
+    device: str = "cpu",
+    reps: int = 1,
+    forbid_n: int = 4,
 ) -> dict:
     """Evaluate the items of `items_path` (the first n) with the native engine once and the
     vLLM engine `vllm_runs` times, in every format, with every recovery decode on every item
-    (scope 'all'); write native.parquet and vllm<k>.parquet to out_dir. With `speed`, also
+    (scope 'all'); write native.parquet and vllm<k>.parquet to out_dir, and
+    native_forbid.parquet and vllm_forbid.parquet: the first `forbid_n` items in `open` and
+    `mc` with beams and samples, every decode forbidden each gold's first tokens (the positive
+    control's setting). With `speed`, also
     time each engine on mc alone, on the greedy `open` decode alone and on the beams and
-    samples alone (the same items, one after the other). Runs where vLLM is installed
-    (engines.vllm_python); returns {"seconds": {engine: {phase: s}}, "load": {engine: s}}.
+    samples alone (the same items, one after the other; the median of `reps`). Runs where
+    vLLM is installed (engines.vllm_python); returns {"seconds": {engine: {phase: s}},
+    "load": {engine: s}}.
     """
     import dataclasses
     import time
@@ -164,23 +171,24 @@ def run_both(
     def phases(eng, tok, name):
         if not speed:
             return
-        secs = {}
-        for phase, fmts in (("mc", ("mc",)), ("greedy", ("open",))):
-            s = dataclasses.replace(full, formats=fmts, recovery=RecoverySettings.only())
-            t0 = time.perf_counter()
-            evaluate_items(eng, tok, items, s, meta, progress=False)
-            secs[phase] = time.perf_counter() - t0
-        s = dataclasses.replace(full, recovery=RecoverySettings.only("beam", "sample"))
+        secs: dict[str, list[float]] = {"mc": [], "greedy": [], "recovery": []}
+        rec = dataclasses.replace(full, recovery=RecoverySettings.only("beam", "sample"))
         base = dict(model="parity", method="dense", structure="none", sparsity=0.0, bits=None)
         base.update(dataset="parity", lang="-", seed=seed, model_hash="", config_hash="")
-        toks = Tokens(tok, s.prompt)
-        t0 = time.perf_counter()
-        recovery_rows(eng, toks, items.to_dicts(), s, None, base, {}, False)
-        secs["recovery"] = time.perf_counter() - t0
-        timing["seconds"][name] = secs
+        toks = Tokens(tok, rec.prompt)
+        for _ in range(reps):
+            for phase, fmts in (("mc", ("mc",)), ("greedy", ("open",))):
+                s = dataclasses.replace(full, formats=fmts, recovery=RecoverySettings.only())
+                t0 = time.perf_counter()
+                evaluate_items(eng, tok, items, s, meta, progress=False)
+                secs[phase].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            recovery_rows(eng, toks, items.to_dicts(), rec, None, base, {}, False)
+            secs["recovery"].append(time.perf_counter() - t0)
+        timing["seconds"][name] = {k: sorted(v)[len(v) // 2] for k, v in secs.items()}
 
     t0 = time.perf_counter()
-    model, tok = load_checkpoint(model_dir, "float32", "cpu")
+    model, tok = load_checkpoint(model_dir, "float32", device)
     timing["load"]["native"] = time.perf_counter() - t0
     from benchmark_illusion.evaluation.engines.native import as_engine
 
@@ -188,15 +196,26 @@ def run_both(
     evaluate_items(eng, tok, items, full, meta, False, exemplars).write_parquet(
         out / "native.parquet"
     )
+    forbid = dataclasses.replace(
+        full,
+        formats=("open", "mc"),
+        recovery=RecoverySettings(oneshot=False, scope="all"),
+        forbid_gold_first_token=True,
+    )
+    few = items.head(forbid_n)
+    evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(out / "native_forbid.parquet")
     phases(eng, tok, "native")
     del model, eng
     t0 = time.perf_counter()
-    eng, tok = pipeline._vllm_engine(model_dir, "float32", "cpu", seed, False)
+    eng, tok = pipeline._vllm_engine(model_dir, "float32", device, seed, False)
     timing["load"]["vllm"] = time.perf_counter() - t0
     try:
         for k in range(1, vllm_runs + 1):
             df = evaluate_items(eng, tok, items, full, meta, False, exemplars)
             df.write_parquet(out / f"vllm{k}.parquet")
+        evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(
+            out / "vllm_forbid.parquet"
+        )
         phases(eng, tok, "vllm")
     finally:
         eng.close()
@@ -211,17 +230,62 @@ def main(argv=None) -> int:
     from benchmark_illusion import logs
 
     p = argparse.ArgumentParser(description=run_both.__doc__)
-    p.add_argument("model_dir")
-    p.add_argument("items")
+    p.add_argument("model_dir", nargs="?")
+    p.add_argument("items", nargs="?")
     p.add_argument("out_dir")
     p.add_argument("--n", type=int, default=None)
     p.add_argument("--vllm-runs", type=int, default=2)
     p.add_argument("--no-speed", action="store_true")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--report", action="store_true", help="print the tables of OUT_DIR; run nothing")
     a = p.parse_args(argv)
-    logs.to_file(None)
-    timing = run_both(a.model_dir, a.items, a.out_dir, a.n, a.vllm_runs, not a.no_speed)
-    Path(a.out_dir, "timing.json").write_text(json.dumps(timing, indent=1))
+    if not a.report:
+        logs.to_file(None)
+        timing = run_both(
+            a.model_dir,
+            a.items,
+            a.out_dir,
+            a.n,
+            a.vllm_runs,
+            not a.no_speed,
+            device=a.device,
+            reps=a.reps,
+        )
+        Path(a.out_dir, "timing.json").write_text(json.dumps(timing, indent=1))
+    print(report(a.out_dir))
     return 0
+
+
+def report(out_dir) -> str:
+    """The parity table (native against vLLM, and vLLM against itself) and the speed table of a
+    run_both folder."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    native, first = pl.read_parquet(out / "native.parquet"), pl.read_parquet(out / "vllm1.parquet")
+    text = ["native against vLLM:", table(parity(native, first))]
+    if (out / "vllm2.parquet").is_file():
+        second = pl.read_parquet(out / "vllm2.parquet")
+        same = first.drop("seconds").equals(second.drop("seconds"), null_equal=True)
+        text.append(f"vLLM run twice: {'identical rows' if same else 'rows DIFFER'}")
+    timing = (
+        json.loads((out / "timing.json").read_text()) if (out / "timing.json").is_file() else {}
+    )
+    secs, n = timing.get("seconds", {}), timing.get("items", 0)
+    if {"native", "vllm"} <= set(secs):
+        text += [
+            "",
+            f"speed ({n} items, items/s; load: native {timing['load']['native']:.1f} s, "
+            f"vLLM {timing['load']['vllm']:.1f} s):",
+            "| phase | native | vLLM | vLLM / native |",
+            "|---|---|---|---|",
+        ]
+        for phase in ("mc", "greedy", "recovery"):
+            a, b = n / secs["native"][phase], n / secs["vllm"][phase]
+            text.append(f"| {phase} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")
+    return "\n".join(text)
 
 
 if __name__ == "__main__":  # vLLM starts worker processes

@@ -27,7 +27,9 @@ whether or not they go on, so the cut answer is the one a decode stopped there w
 Every returned log-prob is checked finite (engine.NonFiniteError names the step and items).
 
 On a CPU, vLLM reserves `gpu_memory_utilization` of the RAM for its KV cache (0.1 here), runs
-eagerly (no graph capture: its warm-up costs more than a job's decode), and starts worker
+eagerly (no graph capture: its warm-up costs more than a job's decode), schedules every prompt
+whole (no chunked prefill: vLLM 0.32's CPU build fails a seeded sample whose prompt is split
+across steps; a prompt and its answer may then take CPU_STEP_TOKENS tokens), and starts worker
 processes: a script that builds this engine must guard its entry point with
 `if __name__ == "__main__":` (vllm_job.py does).
 """
@@ -47,6 +49,7 @@ VLLM_VERSIONS = (">=0.32.0", "<0.33")
 BAN_BIAS = -100.0  # vLLM clamps logit_bias to [-100, 100]
 CPU_MEMORY = 0.1  # share of RAM vLLM reserves on a CPU
 GPU_MEMORY = 0.85
+CPU_STEP_TOKENS = 8192  # on a CPU: the longest prompt + answer, and a step's token budget
 
 
 def supported(version: str) -> bool:
@@ -91,6 +94,13 @@ class VllmEngine(Engine):
         self.version = vllm.__version__
         self.stop, self.dtype = stop, dtype
         cpu = not str(device).startswith("cuda")
+        extra = {}
+        if cpu:
+            # vLLM's CPU build fails a seeded sample whose prompt is prefilled in chunks (it
+            # rewinds the request's generator, which a CPU generator cannot): prompts are
+            # scheduled whole, with a step budget of the longest sequence
+            extra = dict(enable_chunked_prefill=False, max_num_batched_tokens=CPU_STEP_TOKENS)
+            max_model_len = min(max_model_len or CPU_STEP_TOKENS, CPU_STEP_TOKENS)
         self.llm = LLM(
             model=str(path),
             tokenizer=str(path),
@@ -102,6 +112,7 @@ class VllmEngine(Engine):
             enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",
             max_model_len=max_model_len,
+            **extra,
         )
 
     # ------------------------------------------------------------------ helpers
