@@ -421,8 +421,10 @@ def test_gpu_check_plans_every_step_in_both_dtypes_and_refuses_a_machine_without
         cfg = yaml.safe_load((tmp_path / "dry" / f"{dtype}.yaml").read_text())
         assert cfg["evaluation"]["dtype"] == dtype and cfg["evaluation"]["device"] == "cuda"
         assert set(cfg["evaluation"]["formats"]) == {"open", "candidates", "mc", "mc_nopassage"}
-    plans = [planned_jobs(part) for part in res.stdout.split("== ")[1:]]
-    assert len(plans) == 2
+    parts = res.stdout.split("== ")[1:]
+    assert len(parts) == 3 and parts[2].startswith("engines: native and vLLM on cuda")
+    assert "would run both engines with" in parts[2]  # then the vLLM comparison (engines/)
+    plans = [planned_jobs(part) for part in parts[:2]]
     # from the smoke config the script starts from: one prune job per method and sparsity and per
     # method and N:M pattern, one quantize job per method and bits, every checkpoint (dense too)
     # evaluated per language

@@ -147,7 +147,9 @@ def evaluate_file(
     if items.height == 0 and write_empty_log_if_no_items(items_path, out):
         return pl.DataFrame(schema=LOG_SCHEMA)
 
-    engine_name = params["evaluation"].get("engine", "native")
+    # absent from the params: native (params.evaluation leaves the native engine out)
+    e = params["evaluation"]
+    engine_name = e["engine"] if "engine" in e else "native"
     if engine_name == "vllm" and not vllm_here():
         # vLLM lives in a venv of its own (it pins another transformers): run this step there
         return _evaluate_elsewhere(

@@ -131,6 +131,7 @@ def run_both(
     device: str = "cpu",
     reps: int = 1,
     forbid_n: int = 4,
+    recovery: bool = True,
 ) -> dict:
     """Evaluate the items of `items_path` (the first n) with the native engine once and the
     vLLM engine `vllm_runs` times, in every format, with every recovery decode on every item
@@ -163,7 +164,7 @@ def run_both(
         formats=FORMATS,
         max_new_tokens=24,
         seed=seed,
-        recovery=RecoverySettings(scope="all"),
+        recovery=RecoverySettings(scope="all") if recovery else RecoverySettings.only(),
     )
     meta = RunMeta("parity", dataset="parity", lang="-")
     timing: dict = {"seconds": {}, "load": {}, "items": items.height}
@@ -203,7 +204,10 @@ def run_both(
         forbid_gold_first_token=True,
     )
     few = items.head(forbid_n)
-    evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(out / "native_forbid.parquet")
+    if forbid_n:
+        evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(
+            out / "native_forbid.parquet"
+        )
     phases(eng, tok, "native")
     del model, eng
     t0 = time.perf_counter()
@@ -238,6 +242,7 @@ def main(argv=None) -> int:
     p.add_argument("--no-speed", action="store_true")
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--no-recovery", action="store_true", help="no beams, samples, one-shot")
     p.add_argument("--report", action="store_true", help="print the tables of OUT_DIR; run nothing")
     a = p.parse_args(argv)
     if not a.report:
@@ -251,6 +256,8 @@ def main(argv=None) -> int:
             not a.no_speed,
             device=a.device,
             reps=a.reps,
+            forbid_n=0 if a.no_recovery else 4,
+            recovery=not a.no_recovery,
         )
         Path(a.out_dir, "timing.json").write_text(json.dumps(timing, indent=1))
     print(report(a.out_dir))
