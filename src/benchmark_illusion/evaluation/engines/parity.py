@@ -243,6 +243,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--no-recovery", action="store_true", help="no beams, samples, one-shot")
+    p.add_argument("--forbid-n", type=int, default=4, help="items of the forbid setting")
     p.add_argument("--report", action="store_true", help="print the tables of OUT_DIR; run nothing")
     a = p.parse_args(argv)
     if not a.report:
@@ -256,7 +257,7 @@ def main(argv=None) -> int:
             not a.no_speed,
             device=a.device,
             reps=a.reps,
-            forbid_n=0 if a.no_recovery else 4,
+            forbid_n=0 if a.no_recovery else a.forbid_n,
             recovery=not a.no_recovery,
         )
         Path(a.out_dir, "timing.json").write_text(json.dumps(timing, indent=1))
