@@ -217,9 +217,10 @@ def run_both(
         for k in range(1, vllm_runs + 1):
             df = evaluate_items(eng, tok, items, full, meta, False, exemplars)
             df.write_parquet(out / f"vllm{k}.parquet")
-        evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(
-            out / "vllm_forbid.parquet"
-        )
+        if forbid_n:
+            evaluate_items(eng, tok, few, forbid, meta, False).write_parquet(
+                out / "vllm_forbid.parquet"
+            )
         phases(eng, tok, "vllm")
     finally:
         eng.close()
