@@ -187,7 +187,7 @@ def evaluate_file(
         settings = dataclasses.replace(settings, forbid_gold_first_token=True)
         log.info("control %s: each gold's first tokens forbidden in every decode", checkpoint)
     log.info(
-        "loaded %s on %s in %.1fs (%d torch threads, %s engine)",
+        "loaded %s on %s in %.1fs (%d torch threads), %s engine",
         checkpoint,
         where(device),
         time.perf_counter() - t0,
