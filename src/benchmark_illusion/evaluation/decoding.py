@@ -289,25 +289,15 @@ def greedy_format(
     evaluation.max_new_tokens); each row's budget is raised to its longest gold +
     budget_margin (see `budgets`).
     """
-    from benchmark_illusion.evaluation.engines import Request
-    from benchmark_illusion.evaluation.engines.native import NativeEngine, as_engine
+    from benchmark_illusion.evaluation.engines import decode_requests
+    from benchmark_illusion.evaluation.engines.native import as_engine
 
-    if stop is not None and not hasattr(eng, "score_and_greedy"):
-        eng = NativeEngine(eng, toks.pad_id, settings, stop)
-    eng = as_engine(eng, toks.tok, settings)
+    eng = as_engine(eng, toks.tok, settings, stop)
     budget = budgets(toks, rows, max_new_tokens or settings.max_new_tokens, settings.budget_margin)
     # greedy takes a budget per row: batches are cut by prompt length only
     texts, ids, order = format_prompts(toks, settings, rows, fmt, exemplars)
     bans = forbidden(toks, rows, settings)
-    requests = [
-        Request(
-            ids[i],
-            rows[i]["item_id"],
-            budget=budget[i],
-            ban=bans[i] if bans is not None else None,
-        )
-        for i in order
-    ]
+    requests = decode_requests(ids, rows, order, budget, bans)
     bar = tqdm(
         total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress
     )

@@ -36,8 +36,8 @@ from benchmark_illusion.evaluation.decoding import (
     generated_row,
     greedy_format,
 )
-from benchmark_illusion.evaluation.engines import Engine, Request, Sampling
-from benchmark_illusion.evaluation.engines.native import NativeEngine, as_engine
+from benchmark_illusion.evaluation.engines import Sampling, decode_requests
+from benchmark_illusion.evaluation.engines.native import as_engine
 from benchmark_illusion.evaluation.settings import RecoverySettings
 
 __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
@@ -58,9 +58,7 @@ def recovery_rows(
     eng: an engine (engines.Engine), or a transformers model for the native engine (with
     `stop`, its stop rule; None: from the model).
     """
-    if stop is not None and not isinstance(eng, Engine):
-        eng = NativeEngine(eng, toks.pad_id, settings, stop)
-    eng = as_engine(eng, toks.tok, settings)
+    eng = as_engine(eng, toks.tok, settings, stop)
     rec: RecoverySettings = settings.recovery
     floor = recovery_floor(settings)
     out: list[dict] = []
@@ -78,15 +76,7 @@ def recovery_rows(
             temperature=rec.temperature,
             seed=settings.seed,
         )
-        requests = [
-            Request(
-                ids[i],
-                rows[i]["item_id"],
-                budget=budget[i],
-                ban=bans[i] if bans is not None else None,
-            )
-            for i in order
-        ]
+        requests = decode_requests(ids, rows, order, budget, bans)
         bar = tqdm(
             total=len(rows),
             desc=f"{'+'.join(decodes)} {base['dataset']}/{base['lang']}",

@@ -47,6 +47,15 @@ class Request:
     ban: list[int] | None = None
 
 
+def decode_requests(ids, rows, order, budget, bans) -> list[Request]:
+    """One decode request per row, in `order`: its prompt ids, item id, budget and ban (bans:
+    per row, or None for none)."""
+    return [
+        Request(ids[i], rows[i]["item_id"], budget=budget[i], ban=None if bans is None else bans[i])
+        for i in order
+    ]
+
+
 @dataclass
 class Answer:
     """What score_and_greedy returns per request: the scores of its continuations (in order),

@@ -19,14 +19,15 @@ from benchmark_illusion.evaluation.decoding import BatchItems, batches, prefill_
 from benchmark_illusion.evaluation.engines import Answer, Engine, Recovered, Request, Sampling
 
 
-def as_engine(model, tokenizer, settings) -> Engine:
+def as_engine(model, tokenizer, settings, stop: generation.StopRule | None = None) -> Engine:
     """`model` itself when it is an engine; a transformers model wrapped in the native engine
-    (its stop rule from the tokenizer and the model's generation config)."""
+    (with `stop`, else the stop rule from the tokenizer and the model's generation config)."""
     if isinstance(model, Engine):
         return model
     from benchmark_illusion.evaluation.decoding import stop_rule
 
-    return NativeEngine(model, engine.pad_id(tokenizer), settings, stop_rule(model, tokenizer))
+    stop = stop if stop is not None else stop_rule(model, tokenizer)
+    return NativeEngine(model, engine.pad_id(tokenizer), settings, stop)
 
 
 class NativeEngine(Engine):
