@@ -443,13 +443,18 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from benchmark_illusion import pipeline
-    from benchmark_illusion.compression.pruning.layerwise import decoder_layers, prune_model
-    from benchmark_illusion.compression.quantization import quantize_model
+    from benchmark_illusion.compression.pruning.layerwise import (
+        PruneSettings,
+        decoder_layers,
+        prune_model,
+    )
+    from benchmark_illusion.compression.quantization import QuantizeSettings, quantize_model
     from benchmark_illusion.concepts import activations as concepts
     from benchmark_illusion.config import params as rule_params
     from benchmark_illusion.config.validate import load_config
+    from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
     from benchmark_illusion.models.checkpoints import load_checkpoint
+    from benchmark_illusion.models.keys import CheckpointKey, Placement
 
     work, cfg = smoke_run
     config = load_config(cfg, root=ROOT)
@@ -476,14 +481,14 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     for ckpt, settings, step in (
         (
             wanda,
-            pipeline.prune_settings(
+            PruneSettings.from_params(
                 rule_params.prune(config, "smollm2-135m", "wanda"), "wanda", "unstructured", 0.3
             ),
             prune_model,
         ),
         (
             rtn,
-            pipeline.quantize_settings(
+            QuantizeSettings.from_params(
                 rule_params.quantize(config, "smollm2-135m", "rtn"), "rtn", "int8-g128"
             ),
             quantize_model,
@@ -499,19 +504,20 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
         for k, v in blocks.items():
             assert torch.equal(v, theirs[k]), (ckpt, k)
 
-    rows = pipeline.evaluate_file(
-        wanda,
-        work / "results/selected/smollm2-135m/sample/es.parquet",
-        tmp_path / "es.parquet",
+    rows = evaluate_file(
+        EvalJob(
+            wanda,
+            work / "results/selected/smollm2-135m/sample/es.parquet",
+            tmp_path / "es.parquet",
+            CheckpointKey(
+                model="smollm2-135m", method="wanda", structure="unstructured", sparsity=0.3
+            ),
+            dataset="sample",
+            lang="es",
+            exemplars=work / "results/items/sample/es.parquet",
+        ),
         rule_params.evaluation(config),
-        method="wanda",
-        structure="unstructured",
-        sparsity=0.3,
-        dataset="sample",
-        lang="es",
-        exemplar_items=work / "results/items/sample/es.parquet",
-        model="smollm2-135m",
-        threads=2,
+        Placement(threads=2),
     )
     assert torch.get_num_threads() == 2
     ran = pl.read_parquet(

@@ -645,7 +645,7 @@ def test_the_system_prompt_reaches_the_rendered_prompt_and_its_tokens(bundled_to
     is in the prompt the model reads, where SmolLM2's own default is not, and without it the
     template's default comes back."""
     from benchmark_illusion.evaluation.prompts import render
-    from benchmark_illusion.pipeline import eval_settings
+    from benchmark_illusion.evaluation.settings import EvalSettings
 
     mine = "Reply with the answer only, in the passage's words."
     params = {
@@ -666,9 +666,9 @@ def test_the_system_prompt_reaches_the_rendered_prompt_and_its_tokens(bundled_to
         },
         "judge": {"max_length_factor": 3.0, "max_length_slack": 3, "sentence_slack": 4},
     }
-    with_it = render(bundled_tokenizer, eval_settings(params).prompt, [], "Question?")
+    with_it = render(bundled_tokenizer, EvalSettings.from_params(params).prompt, [], "Question?")
     params["prompt"]["system_prompt"] = None
-    without = render(bundled_tokenizer, eval_settings(params).prompt, [], "Question?")
+    without = render(bundled_tokenizer, EvalSettings.from_params(params).prompt, [], "Question?")
     assert mine in with_it and mine not in without
     default = without.split("<|im_start|>user")[0]  # the template's own system turn
     assert default.strip() and default not in with_it

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _log(path: Path, *lines: str) -> None:
-    """A rule log as pipeline.py writes it (logs.to_file's format)."""
+    """A rule log as a step writes it (logs.to_file's format)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

@@ -11,13 +11,14 @@ import polars as pl
 import pytest
 import torch
 
-from benchmark_illusion import pipeline
 from benchmark_illusion.config import params as rule_params
-from benchmark_illusion.evaluation import engine, generation
-from benchmark_illusion.evaluation.decoding import Tokens, stop_rule
+from benchmark_illusion.evaluation import engine, generation, steps
+from benchmark_illusion.evaluation.decoding import RowContext, Tokens, stop_rule
 from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
 from benchmark_illusion.evaluation.prompts import PromptSettings
 from benchmark_illusion.evaluation.recovery import RecoverySettings, recovery_rows
+from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
+from benchmark_illusion.models.keys import CheckpointKey, Placement
 from conftest import make_tiny_model
 from test_evaluate import ITEMS
 from test_pipeline_steps import Strict, config, item_file, tiny_dir  # noqa: F401 (fixtures)
@@ -148,7 +149,8 @@ def test_the_recovery_decodes_check_their_prefill_and_every_step(tiny, bundled_t
             batch_size=3, max_new_tokens=4, recovery=RecoverySettings.only(*decodes, **rec)
         )
         exemplars = {"ex-1": EXEMPLAR}
-        recovery_rows(tiny, toks, ITEMS_EX, settings, stop, base, exemplars, progress=False)
+        ctx = RowContext(toks, settings, base)
+        recovery_rows(tiny, ctx, ITEMS_EX, stop=stop, exemplars=exemplars, progress=False)
 
     hook = BadLogits(tiny, decode_step, rows=[4])
     with pytest.raises(engine.NonFiniteError) as info:
@@ -192,32 +194,31 @@ def test_evaluate_file_writes_nothing_and_keeps_an_older_output(
     pool,
 ):
     """The pool's evaluation (the dense model on the pool) and a checkpoint's alike."""
-    load = pipeline.load_checkpoint
+    load = steps.load_checkpoint
 
     def poisoned(*args, **kwargs):
         net, tok = load(*args, **kwargs)
         poison(net, float("nan"))
         return net, tok
 
-    monkeypatch.setattr(pipeline, "load_checkpoint", poisoned)
+    monkeypatch.setattr(steps, "load_checkpoint", poisoned)
     params = rule_params.pool_evaluation(config) if pool else rule_params.evaluation(config)
-    kw = dict(limit=6) if pool else dict(exemplar_items=item_file)
+    kw = dict(limit=6) if pool else dict(exemplars=item_file)
     out = tmp_path / "eval.parquet"
 
     def run():
-        pipeline.evaluate_file(
-            tiny_dir,
-            item_file,
-            out,
+        evaluate_file(
+            EvalJob(
+                tiny_dir,
+                item_file,
+                out,
+                CheckpointKey("tiny", "wanda", "2of4", 0.5),
+                dataset="sample",
+                lang="en",
+                **kw,
+            ),
             Strict(params),
-            model="tiny",
-            method="wanda",
-            structure="2of4",
-            sparsity=0.5,
-            dataset="sample",
-            lang="en",
-            device="cpu",
-            **kw,
+            Placement(device="cpu"),
         )
 
     with pytest.raises(engine.NonFiniteError) as info:
@@ -242,7 +243,7 @@ def test_the_real_model_with_one_nan_weight_fails_before_writing(
 ):
     """SmolLM2-135M with one NaN in one MLP weight: the evaluate step fails at its first
     prefill, and no log is written."""
-    load = pipeline.load_checkpoint
+    load = steps.load_checkpoint
 
     def poisoned(*args, **kwargs):
         net, tok = load(*args, **kwargs)
@@ -250,19 +251,21 @@ def test_the_real_model_with_one_nan_weight_fails_before_writing(
             net.model.layers[20].mlp.down_proj.weight[7, 100] = float("nan")
         return net, tok
 
-    monkeypatch.setattr(pipeline, "load_checkpoint", poisoned)
+    monkeypatch.setattr(steps, "load_checkpoint", poisoned)
     out = tmp_path / "eval.parquet"
     with pytest.raises(engine.NonFiniteError) as info:
-        pipeline.evaluate_file(
-            bundled_model_dir,
-            item_file,
-            out,
+        evaluate_file(
+            EvalJob(
+                bundled_model_dir,
+                item_file,
+                out,
+                CheckpointKey(model="smollm2-135m"),
+                dataset="sample",
+                lang="en",
+                limit=6,
+            ),
             Strict(rule_params.pool_evaluation(config)),
-            model="smollm2-135m",
-            dataset="sample",
-            lang="en",
-            device="cpu",
-            limit=6,
+            Placement(device="cpu"),
         )
     err = info.value
     assert err.step == "prefill" and err.fmt == "open+mc" and err.items

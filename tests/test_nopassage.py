@@ -234,7 +234,7 @@ def test_nopassage_rows_beside_open_and_mc(tiny, bundled_tokenizer):
 
 def test_the_pool_never_runs_it_and_carries_the_same_hash():
     from benchmark_illusion.config.validate import validate_config
-    from benchmark_illusion.pipeline import eval_config_hash
+    from benchmark_illusion.evaluation.steps import eval_config_hash
 
     config = validate_config(
         {

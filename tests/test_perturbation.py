@@ -18,6 +18,7 @@ from torch import nn
 from benchmark_illusion.compression import damage as dmg
 from benchmark_illusion.compression import perturbation
 from benchmark_illusion.compression.names import (
+    PLACEBO_SEED,
     parse_perturbed,
     parse_placebo,
     parse_replicate,
@@ -28,9 +29,11 @@ from benchmark_illusion.compression.names import (
 )
 from benchmark_illusion.compression.perturbation import perturb_model
 from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
+from benchmark_illusion.compression.steps import control_file, perturb_file
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.metrics.aggregate import create_views, run_metric_sql
+from benchmark_illusion.models.keys import CheckpointKey
 from conftest import ROOT, make_tiny_model
 from dag import planned_jobs
 from test_sql import DENSE, POOL, PRUNED, SQL, frame, row, selected_file
@@ -180,8 +183,13 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
         ("c", "noise1-magnitude"),
     ):
         outs[name] = tmp_path / name
-        report = perturbation.perturb_file(
-            dense_dir, source, outs[name], params, method=method, damage_text=windows, **kw
+        report = perturb_file(
+            dense_dir,
+            source,
+            outs[name],
+            params,
+            CheckpointKey(method=method, **kw),
+            windows,
         )
         assert report["seed"] == int(method[5])
     assert sha(outs["a"]) == sha(outs["b"])
@@ -196,8 +204,13 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     (r,) = perturbation.report_rows([outs["c"]])
     assert r[:6] == ("tiny", "noise1-magnitude", "unstructured", 0.3, 1, "magnitude")
     with pytest.raises(ValueError, match="no perturbed method"):
-        perturbation.perturb_file(
-            dense_dir, source, tmp_path / "x", params, method="wanda", damage_text=windows, **kw
+        perturb_file(
+            dense_dir,
+            source,
+            tmp_path / "x",
+            params,
+            CheckpointKey(method="wanda", **kw),
+            windows,
         )
     assert not (tmp_path / "x").exists()
 
@@ -211,8 +224,13 @@ def test_the_twins_of_a_methods_replicates_are_independent_draws(tiny_dirs, tmp_
     kw = dict(model="tiny", structure="unstructured", sparsity=0.3)
     windows = held_out(tmp_path)
     reports = {
-        method: perturbation.perturb_file(
-            dense_dir, source, tmp_path / method, params, method=method, damage_text=windows, **kw
+        method: perturb_file(
+            dense_dir,
+            source,
+            tmp_path / method,
+            params,
+            CheckpointKey(method=method, **kw),
+            windows,
         )
         for method in ("noise0-magnitude", "noise0-magnitude-s1", "noise0-magnitude-s2")
     }
@@ -298,28 +316,26 @@ def test_damage_twins_and_the_placebo_are_written_with_their_damage(tiny_dirs, t
     params = rule_params.perturb({"models": {"tiny": {"dtype": "float32"}}}, "tiny")
     kw = dict(model="tiny", structure="unstructured", sparsity=0.3)
     windows = held_out(tmp_path)
-    a = perturbation.perturb_file(
+    a = perturb_file(
         dense_dir,
         source,
         tmp_path / "d",
         params,
-        method="damage0-magnitude",
-        damage_text=windows,
-        **kw,
+        CheckpointKey(method="damage0-magnitude", **kw),
+        windows,
     )
-    p = perturbation.perturb_file(
+    p = perturb_file(
         dense_dir,
         source,
         tmp_path / "p",
         params,
-        method="placebo-magnitude",
-        damage_text=windows,
-        **kw,
+        CheckpointKey(method="placebo-magnitude", **kw),
+        windows,
     )
     for r in (a, p):
         assert r["matched"] and r["damage_kl"] == pytest.approx(r["source_damage_kl"], rel=0.02)
         assert r["kind"] == "damage" and r["dense_nll"] > 0
-    assert p["control"] == "placebo" and p["seed"] == perturbation.PLACEBO_SEED
+    assert p["control"] == "placebo" and p["seed"] == PLACEBO_SEED
     assert sha(tmp_path / "d") != sha(tmp_path / "p")  # another draw of the same damage
     (row_,) = perturbation.report_rows([tmp_path / "p"])
     assert row_[9:11] == ("damage", "placebo") and row_[-1] is True
@@ -328,7 +344,7 @@ def test_damage_twins_and_the_placebo_are_written_with_their_damage(tiny_dirs, t
 def test_the_positive_control_is_the_dense_model_with_its_ban(tiny_dirs, tmp_path):
     dense_dir, _ = tiny_dirs
     (dense_dir / ".snakemake_timestamp").touch()  # a workflow's marker in the dense folder
-    perturbation.control_file(dense_dir, tmp_path / "forbid", model="tiny")
+    control_file(dense_dir, tmp_path / "forbid", model="tiny")
     assert sha(tmp_path / "forbid") == sha(dense_dir)
     # the marker is not linked: touching the control's own would move the dense model's time,
     # and every job downstream of it would run again
@@ -588,10 +604,12 @@ def test_default_config_plans_one_twin_and_its_evaluations_per_checkpoint_and_se
 
 
 def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_model_dir, tmp_path):
-    from benchmark_illusion import pipeline
+    from benchmark_illusion.compression.steps import prune_file
     from benchmark_illusion.config.validate import validate_config
     from benchmark_illusion.data import steps as datasteps
+    from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
     from benchmark_illusion.models.checkpoints import load_checkpoint
+    from benchmark_illusion.models.keys import CheckpointKey, Placement
 
     cfg = validate_config(
         {
@@ -609,16 +627,15 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
         root=ROOT,
     )
     pruned = tmp_path / "magnitude"
-    pipeline.prune_file(
+    prune_file(
         bundled_model_dir,
         None,
         pruned,
         rule_params.prune(cfg, "smollm2-135m", "magnitude"),
-        model="smollm2-135m",
-        method="magnitude",
-        structure="unstructured",
-        sparsity=0.1,
-        device="cpu",
+        CheckpointKey(
+            model="smollm2-135m", method="magnitude", structure="unstructured", sparsity=0.1
+        ),
+        Placement(device="cpu"),
     )
     twin_dir = tmp_path / "noise0-magnitude"
     from safetensors.torch import save_file
@@ -627,16 +644,15 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
     text = (ROOT / "README.md").read_text()[:6000]
     ids = tok(text)["input_ids"][: 4 * 64]
     save_file({"input_ids": torch.tensor(ids).reshape(4, 64)}, str(tmp_path / "dmg.safetensors"))
-    report = perturbation.perturb_file(
+    report = perturb_file(
         bundled_model_dir,
         pruned,
         twin_dir,
         rule_params.perturb(cfg, "smollm2-135m"),
-        model="smollm2-135m",
-        method="noise0-magnitude",
-        structure="unstructured",
-        sparsity=0.1,
-        damage_text=tmp_path / "dmg.safetensors",
+        CheckpointKey(
+            model="smollm2-135m", method="noise0-magnitude", structure="unstructured", sparsity=0.1
+        ),
+        tmp_path / "dmg.safetensors",
     )
     assert report["n_perturbed"] == 30 * 7  # every decoder Linear of the 30 blocks
     # both damages measured on the held-out text, the size twin's at scale 1
@@ -663,19 +679,23 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
     )
     items = pl.read_parquet(tmp_path / "items.parquet").head(2)
     items.write_parquet(tmp_path / "two.parquet")
-    logs = pipeline.evaluate_file(
-        twin_dir,
-        tmp_path / "two.parquet",
-        tmp_path / "eval.parquet",
+    logs = evaluate_file(
+        EvalJob(
+            twin_dir,
+            tmp_path / "two.parquet",
+            tmp_path / "eval.parquet",
+            CheckpointKey(
+                model="smollm2-135m",
+                method="noise0-magnitude",
+                structure="unstructured",
+                sparsity=0.1,
+            ),
+            dataset="sample",
+            lang="en",
+            exemplars=tmp_path / "items.parquet",
+        ),
         rule_params.evaluation(cfg),
-        model="smollm2-135m",
-        method="noise0-magnitude",
-        structure="unstructured",
-        sparsity=0.1,
-        dataset="sample",
-        lang="en",
-        device="cpu",
-        exemplar_items=tmp_path / "items.parquet",
+        Placement(device="cpu"),
     )
     assert logs["method"].unique().to_list() == ["noise0-magnitude"]
     assert logs["structure"].unique().to_list() == ["unstructured"]

@@ -15,11 +15,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from benchmark_illusion import pipeline
+from benchmark_illusion.compression.steps import calibration_file, prune_file, quantize_file
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.config.validate import validate_config
 from benchmark_illusion.data import steps as datasteps
+from benchmark_illusion.evaluation.steps import EvalJob, eval_config_hash, evaluate_file
 from benchmark_illusion.io import write_parquet
+from benchmark_illusion.models.keys import CheckpointKey, Placement
 from conftest import BUNDLED, ROOT, heavy_imports, make_tiny_model
 
 
@@ -109,25 +111,27 @@ def item_file(tmp_path_factory, config):
 
 
 def test_evaluation_reads_only_its_params_and_hashes_them(config, tiny_dir, item_file, tmp_path):
-    meta = dict(model="tiny", dataset="sample", lang="en", device="cpu", threads=2)
-    pool = pipeline.evaluate_file(
-        tiny_dir,
-        item_file,
-        tmp_path / "pool.parquet",
+    key, place = CheckpointKey("tiny"), Placement(device="cpu", threads=2)
+    pool = evaluate_file(
+        EvalJob(tiny_dir, item_file, tmp_path / "pool.parquet", key, "sample", "en", limit=6),
         Strict(rule_params.pool_evaluation(config)),
-        limit=6,
-        **meta,
+        place,
     )
     assert pool["item_id"].n_unique() == 6 and set(pool["decode"]) == {"greedy", "loglik"}
     items = pl.read_parquet(item_file).head(3)
     write_parquet(items, tmp_path / "three.parquet")
-    full = pipeline.evaluate_file(
-        tiny_dir,
-        tmp_path / "three.parquet",
-        tmp_path / "eval.parquet",
+    full = evaluate_file(
+        EvalJob(
+            tiny_dir,
+            tmp_path / "three.parquet",
+            tmp_path / "eval.parquet",
+            key,
+            "sample",
+            "en",
+            exemplars=item_file,
+        ),
         Strict(rule_params.evaluation(config)),
-        exemplar_items=item_file,
-        **meta,
+        place,
     )
     # scope all: every recovery decode ran on every item
     assert set(zip(full["format"], full["decode"], strict=True)) >= {
@@ -140,13 +144,13 @@ def test_evaluation_reads_only_its_params_and_hashes_them(config, tiny_dir, item
     changed = rule_params.evaluation(
         {**config, "judge": {**config["judge"], "max_length_slack": 9}}
     )
-    assert pipeline.eval_config_hash(changed) != full["config_hash"][0]
+    assert eval_config_hash(changed) != full["config_hash"][0]
 
 
 def calibration_windows(config, tiny_dir, item_file, tmp_path):
     """The calibration_data step on its strict params: the windows file of the tiny model."""
     windows = tmp_path / "calibration.safetensors"
-    pipeline.calibration_file(
+    calibration_file(
         Strict(rule_params.calibration(config)),
         config["seed"],
         tiny_dir,
@@ -163,16 +167,13 @@ def test_calibration_and_every_pruning_method_read_only_their_params(
     windows = calibration_windows(config, tiny_dir, item_file, tmp_path)
     assert load_file(str(windows))["input_ids"].shape == (2, 16)
     for method in config["pruning"]["methods"]:
-        report = pipeline.prune_file(
+        report = prune_file(
             tiny_dir,
             None if method == "magnitude" else windows,
             tmp_path / method,
             Strict(rule_params.prune(config, "tiny", method)),
-            model="tiny",
-            method=method,
-            structure="unstructured",
-            sparsity=0.25,
-            device="cpu",
+            CheckpointKey(model="tiny", method=method, structure="unstructured", sparsity=0.25),
+            Placement(device="cpu"),
         )
         assert abs(report["measured_sparsity"] - 0.25) < 0.01
         assert (tmp_path / method / "sparsity.json").exists()
@@ -189,15 +190,13 @@ def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bi
     dense, _ = load_checkpoint(tiny_dir)
     for method in config["quantization"]["methods"]:
         out = tmp_path / method / "int3-g32"
-        report = pipeline.quantize_file(
+        report = quantize_file(
             tiny_dir,
             None if method == "rtn" else windows,
             out,
             Strict(rule_params.quantize(config, "tiny", method)),
-            model="tiny",
-            method=method,
-            structure="int3-g32",
-            device="cpu",
+            CheckpointKey(model="tiny", method=method, structure="int3-g32"),
+            Placement(device="cpu"),
         )
         saved = json.loads((out / "quantization.json").read_text())
         assert saved["bits"] == 3 and saved["group_size"] == 32 and saved["off_grid_groups"] == 0
@@ -214,44 +213,40 @@ def test_quantize_reads_only_its_params_writes_an_on_grid_checkpoint_and_logs_bi
                 assert not torch.equal(w, w0), name
             else:  # embeddings, norms (and the tied lm_head) as they were
                 assert torch.equal(w, w0), name
-        logs = pipeline.evaluate_file(
-            out,
-            item_file,
-            tmp_path / method / "eval.parquet",
+        logs = evaluate_file(
+            EvalJob(
+                out,
+                item_file,
+                tmp_path / method / "eval.parquet",
+                CheckpointKey(model="tiny", method=method, structure="int3-g32"),
+                dataset="sample",
+                lang="en",
+                limit=2,
+            ),
             Strict(rule_params.pool_evaluation(config)),
-            model="tiny",
-            method=method,
-            structure="int3-g32",
-            dataset="sample",
-            lang="en",
-            device="cpu",
-            limit=2,
+            Placement(device="cpu"),
         )
         assert logs["bits"].unique().to_list() == [3]
         assert logs["structure"].unique().to_list() == ["int3-g32"]
         assert logs["sparsity"].unique().to_list() == [0.0]
     # a bad grid or a missing calibration file fails before the model is loaded
     with pytest.raises(ValueError, match="not a quantization structure"):
-        pipeline.quantize_file(
+        quantize_file(
             tiny_dir,
             None,
             tmp_path / "x",
             Strict(rule_params.quantize(config, "tiny", "rtn")),
-            model="tiny",
-            method="rtn",
-            structure="4bit",
-            device="cpu",
+            CheckpointKey(model="tiny", method="rtn", structure="4bit"),
+            Placement(device="cpu"),
         )
     with pytest.raises(ValueError, match="gptq needs calibration"):
-        pipeline.quantize_file(
+        quantize_file(
             tiny_dir,
             None,
             tmp_path / "y",
             Strict(rule_params.quantize(config, "tiny", "gptq")),
-            model="tiny",
-            method="gptq",
-            structure="int4-g32",
-            device="cpu",
+            CheckpointKey(model="tiny", method="gptq", structure="int4-g32"),
+            Placement(device="cpu"),
         )
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
@@ -353,14 +348,16 @@ def test_evaluate_with_no_items_writes_an_empty_log_without_torch_or_a_model(tmp
     assert out.height == 0 and dict(out.schema) == LOG_SCHEMA
     assert not (tmp_path / "none.parquet").exists()
     # the library entry point takes the same exit, with no checkpoint to load
-    df = pipeline.evaluate_file(
-        tmp_path / "no-such-checkpoint",
-        tmp_path / "e.parquet",
-        tmp_path / "lib.parquet",
+    df = evaluate_file(
+        EvalJob(
+            tmp_path / "no-such-checkpoint",
+            tmp_path / "e.parquet",
+            tmp_path / "lib.parquet",
+            CheckpointKey(model="m"),
+            dataset="d",
+            lang="xx",
+        ),
         rule_params.evaluation(config),
-        model="m",
-        dataset="d",
-        lang="xx",
     )
     assert df.height == 0 and pl.read_parquet(tmp_path / "lib.parquet").height == 0
 
@@ -427,16 +424,15 @@ def test_the_configured_pruning_tolerance_decides_the_check(config, tiny_dir, tm
     def prune(tolerance: float, out: str):
         cfg = copy.deepcopy(config)
         cfg["pruning"]["tolerance"] = tolerance
-        return pipeline.prune_file(
+        return prune_file(
             tiny_dir,
             None,
             tmp_path / out,
             Strict(rule_params.prune(cfg, "tiny", "magnitude")),
-            model="tiny",
-            method="magnitude",
-            structure="unstructured",
-            sparsity=0.33,
-            device="cpu",
+            CheckpointKey(
+                model="tiny", method="magnitude", structure="unstructured", sparsity=0.33
+            ),
+            Placement(device="cpu"),
         )
 
     report = prune(1e-5, "loose")

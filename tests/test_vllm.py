@@ -164,7 +164,7 @@ def test_a_config_asking_for_vllm_fails_before_any_job_when_it_is_missing(tmp_pa
 def test_the_engine_is_a_param_of_evaluate_only_when_it_is_vllm():
     from benchmark_illusion.config import params
     from benchmark_illusion.config.validate import load_config
-    from benchmark_illusion.pipeline import eval_config_hash
+    from benchmark_illusion.evaluation.steps import eval_config_hash
 
     cfg = load_config(ROOT / "config/config.yaml", ROOT)
     native = params.evaluation(cfg)
@@ -225,9 +225,10 @@ def test_a_nan_weight_fails_the_vllm_evaluation_naming_step_and_items(
     import torch
     from safetensors.torch import load_file, save_file
 
-    from benchmark_illusion import pipeline
     from benchmark_illusion.config import params
     from benchmark_illusion.config.validate import load_config
+    from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
+    from benchmark_illusion.models.keys import CheckpointKey, Placement
 
     need_vllm()
     bad = tmp_path / "nan-model"
@@ -241,17 +242,18 @@ def test_a_nan_weight_fails_the_vllm_evaluation_naming_step_and_items(
     cfg["evaluation"]["engine"] = "vllm"
     out = tmp_path / "pool.parquet"
     with pytest.raises(RuntimeError, match="vLLM evaluation of .* failed"):
-        pipeline.evaluate_file(
-            bad,
-            sample_items,
-            out,
+        evaluate_file(
+            EvalJob(
+                bad,
+                sample_items,
+                out,
+                CheckpointKey(model="smollm2-135m"),
+                dataset="sample",
+                lang="en",
+                limit=4,
+            ),
             params.pool_evaluation(cfg),
-            model="smollm2-135m",
-            dataset="sample",
-            lang="en",
-            device="cpu",
-            limit=4,
-            threads=1,
+            Placement(device="cpu", threads=1),
         )
     text = capfd.readouterr().err
     assert "non-finite value (NaN or inf) in the" in text and "; items " in text

@@ -58,7 +58,7 @@ PACKAGES = (
     "scipy",
 )
 
-# pipeline.py's log line when a model job has loaded its checkpoint
+# the model steps' log line when a job has loaded its checkpoint (evaluation/steps.py)
 LOADED = re.compile(r"loaded \S+ on (\S+?)(?: \(([^)]*)\))? at (\S+)")
 
 

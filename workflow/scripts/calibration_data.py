@@ -1,7 +1,8 @@
-from benchmark_illusion import logs, pipeline
+from benchmark_illusion import logs
+from benchmark_illusion.compression.steps import calibration_file
 
 logs.to_file(snakemake.log[0])
-pipeline.calibration_file(
+calibration_file(
     snakemake.params.calibration,
     snakemake.params.seed,
     snakemake.input.model,

@@ -1,18 +1,17 @@
-from benchmark_illusion import logs, pipeline
+from benchmark_illusion import logs
 from benchmark_illusion.compression.names import parse_replicate
+from benchmark_illusion.compression.steps import prune_file
+from benchmark_illusion.models.keys import CheckpointKey, Placement
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards
-pipeline.prune_file(
+prune_file(
     snakemake.input.model,
     snakemake.input.calibration or None,
     snakemake.output[0],
     snakemake.params.prune,  # exactly what re-runs this rule when it changes
-    model=w.model,
-    method=parse_replicate(w.method)[0],  # <method>-s<seed>: the seed acts through its input
-    structure=w.structure,
-    sparsity=float(w.sparsity),
-    device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a weight
-    trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
-    threads=snakemake.threads,
+    # <method>-s<seed>: the seed acts through its input
+    CheckpointKey.from_wildcards(w, method=parse_replicate(w.method)[0]),
+    # where it runs (the config's device, the job's threads): never changes a weight
+    Placement.of_job(snakemake.config, w.model, snakemake.threads),
 )

@@ -1,17 +1,17 @@
-from benchmark_illusion import logs, pipeline
+from benchmark_illusion import logs
 from benchmark_illusion.compression.names import parse_replicate
+from benchmark_illusion.compression.steps import quantize_file
+from benchmark_illusion.models.keys import CheckpointKey, Placement
 
 logs.to_file(snakemake.log[0])
 w = snakemake.wildcards
-pipeline.quantize_file(
+quantize_file(
     snakemake.input.model,
     snakemake.input.calibration or None,
     snakemake.output[0],
     snakemake.params.quantize,  # exactly what re-runs this rule when it changes
-    model=w.model,
-    method=parse_replicate(w.method)[0],  # <method>-s<seed>: the seed acts through its input
-    structure=w.structure,  # the grid, e.g. int4-g128
-    device=snakemake.config["evaluation"]["device"],  # where it runs: never changes a weight
-    trust_remote_code=snakemake.config["models"][w.model]["trust_remote_code"],
-    threads=snakemake.threads,
+    # <method>-s<seed>: the seed acts through its input; the structure is the grid (int4-g128)
+    CheckpointKey.from_wildcards(w, method=parse_replicate(w.method)[0]),
+    # where it runs (the config's device, the job's threads): never changes a weight
+    Placement.of_job(snakemake.config, w.model, snakemake.threads),
 )

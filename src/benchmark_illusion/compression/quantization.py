@@ -189,6 +189,24 @@ class QuantizeSettings:
                 f"need blocksize >= 1, batch_size >= 1 and percdamp in (0, 1), got {self}"
             )
 
+    @classmethod
+    def from_params(cls, params: dict, method: str, structure: str) -> QuantizeSettings:
+        """The settings of one grid point from the quantize rule's params (params.quantize:
+        GPTQ's settings only for gptq) and the grid its structure names; raises ValueError."""
+        from benchmark_illusion.compression.structures import parse_grid
+
+        kwargs = {}
+        if method == "gptq":
+            g = params["gptq"]
+            kwargs.update(
+                batch_size=params["batch_size"],
+                blocksize=g["blocksize"],
+                percdamp=g["percdamp"],
+                act_order=g["act_order"],
+                static_groups=g["static_groups"],
+            )
+        return cls(method, parse_grid(structure), **kwargs)
+
 
 @torch.inference_mode()
 def quantize_model(

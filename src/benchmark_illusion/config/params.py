@@ -3,7 +3,7 @@
 A rule's `params` are Snakemake's re-run triggers, and its script passes the package exactly
 these params (plus where to run: device, threads, trust_remote_code, which never change a
 row). A package step therefore cannot read a config key that would not re-run it when
-changed; tests/test_params.py runs every step on params that raise on any other key.
+changed; tests/test_pipeline_steps.py runs every step on params that raise on any other key.
 
 Every function takes a schema-validated config (defaults filled in) and returns plain data.
 """

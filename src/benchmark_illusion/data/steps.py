@@ -1,6 +1,6 @@
 """The rules before any model is loaded: download a dataset, build its items, select the items
 the dense model answers. Torch-free (polars only), so that these jobs start in a fraction of a
-second; the model-bound steps are in pipeline.py.
+second; the model-bound steps are in evaluation/steps.py and compression/steps.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ format with its own prompt (`candidates`, `oneshot`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from tqdm import tqdm
 
 from benchmark_illusion.evaluation import engine, generation
@@ -272,13 +274,12 @@ def decoy_option(item: dict) -> int | None:
 
 def greedy_format(
     eng,
-    toks: Tokens,
+    ctx: RowContext,
     rows,
-    settings,
-    stop,
-    base,
-    progress,
     fmt: str,
+    *,
+    stop=None,
+    progress: bool = True,
     exemplars: dict | None = None,
     max_new_tokens: int | None = None,
 ) -> list[dict]:
@@ -292,68 +293,74 @@ def greedy_format(
     from benchmark_illusion.evaluation.engines import decode_requests
     from benchmark_illusion.evaluation.engines.native import as_engine
 
+    toks, settings = ctx.toks, ctx.settings
     eng = as_engine(eng, toks.tok, settings, stop)
     budget = budgets(toks, rows, max_new_tokens or settings.max_new_tokens, settings.budget_margin)
     # greedy takes a budget per row: batches are cut by prompt length only
     texts, ids, order = format_prompts(toks, settings, rows, fmt, exemplars)
     bans = forbidden(toks, rows, settings)
     requests = decode_requests(ids, rows, order, budget, bans)
-    bar = tqdm(
-        total=len(rows), desc=f"{fmt} {base['dataset']}/{base['lang']}", disable=not progress
-    )
+    bar = tqdm(total=len(rows), desc=ctx.label(fmt), disable=not progress)
     answers = eng.score_and_greedy(requests, fmt, on_done=bar.update)
     bar.close()
     out = []
     for j, i in enumerate(order):
         a = answers[j]
-        out.append(
-            generated_row(
-                toks,
-                settings,
-                base,
-                rows[i],
-                fmt,
-                "greedy",
-                texts[i],
-                ids[i],
-                a.tokens,
-                budget[i],
-                a.prompt_seconds + a.decode_seconds,
-            )
-        )
+        prompt = Prompted(fmt, texts[i], ids[i], budget[i])
+        seconds = a.prompt_seconds + a.decode_seconds
+        out.append(generated_row(ctx, rows[i], prompt, "greedy", a.tokens, seconds))
     return out
 
 
+@dataclass(frozen=True)
+class RowContext:
+    """What every row of one evaluation shares: the tokenisation, the settings and the base
+    columns (the checkpoint's key and hashes, dataset, lang, seed: evaluate.evaluate_items)."""
+
+    toks: Tokens
+    settings: EvalSettings
+    base: dict
+
+    def label(self, what: str) -> str:
+        """A progress bar's label: what runs, on which dataset and language."""
+        return f"{what} {self.base['dataset']}/{self.base['lang']}"
+
+
+@dataclass(frozen=True)
+class Prompted:
+    """One item's prompt in one format: its text, its ids and its generation budget."""
+
+    fmt: str
+    text: str
+    ids: list[int]
+    budget: int
+
+
 def generated_row(
-    toks: Tokens,
-    settings,
-    base: dict,
+    ctx: RowContext,
     item: dict,
-    fmt: str,
+    prompt: Prompted,
     decode: str,
-    prompt_text: str,
-    prompt_ids: list[int],
     gen: list[int],
-    budget: int,
     seconds: float,
     sample: int = 0,
     **extra,
 ) -> dict:
     """The log row of one generated answer (any format and decode), judged (docs/logs.md)."""
-    text = toks.tok.decode(gen, skip_special_tokens=True)
+    text = ctx.toks.tok.decode(gen, skip_special_tokens=True)
     return dict(
-        base,
+        ctx.base,
         item_id=item["item_id"],
-        format=fmt,
+        format=prompt.fmt,
         decode=decode,
         sample=sample,
-        prompt_id=prompt_id(prompt_text),
+        prompt_id=prompt_id(prompt.text),
         output=text,
-        **judge_row(text, item, settings, fmt),
+        **judge_row(text, item, ctx.settings, prompt.fmt),
         **extra,
         gold_option=item["gold_option"],
-        n_prompt_tokens=len(prompt_ids),
+        n_prompt_tokens=len(prompt.ids),
         n_output_tokens=len(gen),
-        max_new_tokens=budget,
+        max_new_tokens=prompt.budget,
         seconds=seconds,
     )

@@ -19,6 +19,8 @@ from tqdm import tqdm
 
 from benchmark_illusion.evaluation import engine
 from benchmark_illusion.evaluation.decoding import (
+    Prompted,
+    RowContext,
     Tokens,
     budgets,
     forbidden,
@@ -100,7 +102,7 @@ def evaluate_items(
         sample=0,
     )
     try:
-        out = _rows(eng, toks, rows, settings, base, exemplars, progress)
+        out = _rows(eng, RowContext(toks, settings, base), rows, exemplars, progress)
     except engine.NonFiniteError as err:
         err.dtype = eng.dtype
         err.checkpoint = f"{meta.checkpoint()} in {err.dtype}"
@@ -109,16 +111,17 @@ def evaluate_items(
     return df.sort(["item_id", "format", "decode", "sample"])
 
 
-def _rows(eng, toks, rows, settings, base, exemplars, progress) -> list[dict]:
+def _rows(eng, ctx: RowContext, rows, exemplars, progress) -> list[dict]:
     """The log rows of every requested format and recovery decode, unsorted."""
     out: list[dict] = []
+    settings = ctx.settings
     want = set(settings.formats)
     if want & {"open", "mc"}:
-        out += _open_and_mc(eng, toks, rows, settings, base, want, progress)
+        out += _open_and_mc(eng, ctx, rows, want, progress)
     if "mc_nopassage" in want:
-        out += _mc_nopassage(eng, toks, rows, settings, base, progress)
+        out += _mc_nopassage(eng, ctx, rows, progress)
     if "candidates" in want:
-        out += greedy_format(eng, toks, rows, settings, None, base, progress, "candidates")
+        out += greedy_format(eng, ctx, rows, "candidates", progress=progress)
     if settings.recovery.any:
         targets = rows
         scope = settings.recovery.scope
@@ -130,13 +133,14 @@ def _rows(eng, toks, rows, settings, base, exemplars, progress) -> list[dict]:
             if scope == "mc_only":
                 keep &= {r["item_id"] for r in out if r["format"] == "mc" and r["correct"]}
             targets = [r for r in rows if r["item_id"] in keep]
-        out += recovery_rows(eng, toks, targets, settings, None, base, exemplars or {}, progress)
+        out += recovery_rows(eng, ctx, targets, exemplars=exemplars or {}, progress=progress)
     return out
 
 
-def _open_and_mc(eng, toks: Tokens, rows, settings, base, want, progress) -> list[dict]:
+def _open_and_mc(eng, ctx: RowContext, rows, want, progress) -> list[dict]:
     """The `open` and `mc` rows: one request per item, its golds and (with mc) its options
     scored, and (with open) its greedy answer decoded from the same prompt."""
+    toks, settings = ctx.toks, ctx.settings
     budget = budgets(toks, rows, settings.max_new_tokens, settings.budget_margin)
     texts, ids, order = format_prompts(toks, settings, rows, "open")
     bans = forbidden(toks, rows, settings)
@@ -152,9 +156,7 @@ def _open_and_mc(eng, toks: Tokens, rows, settings, base, want, progress) -> lis
         )
         for j, i in enumerate(order)
     ]
-    bar = tqdm(
-        total=len(rows), desc=f"open+mc {base['dataset']}/{base['lang']}", disable=not progress
-    )
+    bar = tqdm(total=len(rows), desc=ctx.label("open+mc"), disable=not progress)
     answers = eng.score_and_greedy(requests, "open+mc", "open", on_done=bar.update)
     bar.close()
     out = []
@@ -162,30 +164,19 @@ def _open_and_mc(eng, toks: Tokens, rows, settings, base, want, progress) -> lis
         a, g = answers[j], golds[i]
         if "mc" in want:
             t0 = time.perf_counter()
-            (row,) = _mc_rows(eng, rows, [i], texts, ids, [options[j]], [a.scores[len(g) :]], base)
+            scores = [a.scores[len(g) :]]
+            (row,) = _mc_rows(eng, rows, [i], texts, ids, [options[j]], scores, ctx.base)
             row["seconds"] = a.prompt_seconds + a.score_seconds + time.perf_counter() - t0
             out.append(row)
         if "open" in want:
-            out.append(
-                generated_row(
-                    toks,
-                    settings,
-                    base,
-                    rows[i],
-                    "open",
-                    "greedy",
-                    texts[i],
-                    ids[i],
-                    a.tokens,
-                    budget[i],
-                    a.decode_seconds + a.prompt_seconds,
-                    **_gold_rank(toks, g, a.scores[: len(g)]),
-                )
-            )
+            prompt = Prompted("open", texts[i], ids[i], budget[i])
+            seconds = a.decode_seconds + a.prompt_seconds
+            rank = _gold_rank(toks, g, a.scores[: len(g)])
+            out.append(generated_row(ctx, rows[i], prompt, "greedy", a.tokens, seconds, **rank))
     return out
 
 
-def _mc_nopassage(eng, toks: Tokens, rows, settings, base, progress) -> list[dict]:
+def _mc_nopassage(eng, ctx: RowContext, rows, progress) -> list[dict]:
     """The `mc_nopassage` rows: the mc options scored exactly as `mc` scores them, on the `mc`
     prompt with the passage left out (prompts.user_message). The guessing control: how often
     the question and the options alone pick the gold.
@@ -194,15 +185,14 @@ def _mc_nopassage(eng, toks: Tokens, rows, settings, base, progress) -> list[dic
     cheap; the native engine runs the tokens every prompt of a batch starts with (the
     template's head and the instruction) once per batch (engine.prefill's shared head).
     """
-    texts, ids, order = format_prompts(toks, settings, rows, "mc_nopassage")
+    toks = ctx.toks
+    texts, ids, order = format_prompts(toks, ctx.settings, rows, "mc_nopassage")
     options = _option_continuations(toks, rows, order, texts, ids)
     requests = [
         Request(ids[i], rows[i]["item_id"], conts=[c for c, _ in options[j]])
         for j, i in enumerate(order)
     ]
-    bar = tqdm(
-        total=len(rows), desc=f"mc_nopassage {base['dataset']}/{base['lang']}", disable=not progress
-    )
+    bar = tqdm(total=len(rows), desc=ctx.label("mc_nopassage"), disable=not progress)
     answers = eng.score_and_greedy(requests, "mc_nopassage", on_done=bar.update)
     bar.close()
     out = []
@@ -210,7 +200,7 @@ def _mc_nopassage(eng, toks: Tokens, rows, settings, base, progress) -> list[dic
         a = answers[j]
         t0 = time.perf_counter()
         (row,) = _mc_rows(
-            eng, rows, [i], texts, ids, [options[j]], [a.scores], base, "mc_nopassage"
+            eng, rows, [i], texts, ids, [options[j]], [a.scores], ctx.base, "mc_nopassage"
         )
         row["seconds"] = a.prompt_seconds + a.score_seconds + time.perf_counter() - t0
         out.append(row)

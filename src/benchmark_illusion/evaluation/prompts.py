@@ -61,6 +61,17 @@ class PromptSettings:
                 f"not {self.candidates_style!r}"
             )
 
+    @classmethod
+    def from_params(cls, p: dict) -> PromptSettings:
+        """From a rule's params.prompt (config `prompt`)."""
+        return cls(
+            p["answer_prefix"],
+            p["chat_template"],
+            p["system_prompt"],
+            p["candidates_style"],
+            dict(p["template_kwargs"]),
+        )
+
     def chat_template_kwargs(self, tokenizer) -> dict:
         """template_kwargs, with enable_thinking=False added when the template reads it and it is
         unset."""

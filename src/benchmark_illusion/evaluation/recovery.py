@@ -30,6 +30,8 @@ from tqdm import tqdm
 
 from benchmark_illusion.evaluation import generation
 from benchmark_illusion.evaluation.decoding import (
+    Prompted,
+    RowContext,
     budgets,
     forbidden,
     format_prompts,
@@ -45,19 +47,19 @@ __all__ = ["RecoverySettings", "recovery_floor", "recovery_rows"]
 
 def recovery_rows(
     eng,
-    toks,
+    ctx: RowContext,
     rows: list[dict],
-    settings,
-    stop: generation.StopRule | None,
-    base: dict,
-    exemplars: dict[str, dict],
-    progress: bool,
+    *,
+    stop: generation.StopRule | None = None,
+    exemplars: dict[str, dict] | None = None,
+    progress: bool = True,
 ) -> list[dict]:
     """Log rows of every enabled recovery decode on `rows` (already restricted to the scope).
 
     eng: an engine (engines.Engine), or a transformers model for the native engine (with
     `stop`, its stop rule; None: from the model).
     """
+    toks, settings = ctx.toks, ctx.settings
     eng = as_engine(eng, toks.tok, settings, stop)
     rec: RecoverySettings = settings.recovery
     floor = recovery_floor(settings)
@@ -77,47 +79,26 @@ def recovery_rows(
             seed=settings.seed,
         )
         requests = decode_requests(ids, rows, order, budget, bans)
-        bar = tqdm(
-            total=len(rows),
-            desc=f"{'+'.join(decodes)} {base['dataset']}/{base['lang']}",
-            disable=not progress,
-        )
+        bar = tqdm(total=len(rows), desc=ctx.label("+".join(decodes)), disable=not progress)
         found = eng.beams_and_samples(requests, how, "recovery", on_done=bar.update)
         bar.close()
         for j, i in enumerate(order):
             got = found[j]
+            prompt = Prompted("open", texts[i], ids[i], budget[i])
             for decode, seqs, dt in (
                 ("beam", got.beams, got.beam_seconds),
                 ("sample", got.samples, got.sample_seconds),
             ):
                 for k, gen_ids in enumerate(seqs):
-                    out.append(
-                        generated_row(
-                            toks,
-                            settings,
-                            base,
-                            rows[i],
-                            "open",
-                            decode,
-                            texts[i],
-                            ids[i],
-                            gen_ids,
-                            budget[i],
-                            dt,
-                            sample=k,
-                        )
-                    )
+                    out.append(generated_row(ctx, rows[i], prompt, decode, gen_ids, dt, sample=k))
     if rec.oneshot:
         out += greedy_format(
             eng,
-            toks,
+            ctx,
             rows,
-            settings,
-            None,
-            base,
-            progress,
             "oneshot",
-            exemplars,
+            progress=progress,
+            exemplars=exemplars or {},
             max_new_tokens=floor,
         )
     return out

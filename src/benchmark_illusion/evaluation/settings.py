@@ -1,6 +1,6 @@
 """Evaluation settings: what decides an evaluation's rows besides the checkpoint and the items
 (config `prompt`, `evaluation`, `judge`, `seed`; built from the evaluate rule's params by
-pipeline.eval_settings). Defaults equal the schema's (tests/test_config.py)."""
+EvalSettings.from_params). Defaults equal the schema's (tests/test_config.py)."""
 
 from __future__ import annotations
 
@@ -66,3 +66,22 @@ class EvalSettings:
     # the positive control (a checkpoint's control.json, never the config): every decode is
     # forbidden each gold's first token; mc scoring is untouched
     forbid_gold_first_token: bool = False
+
+    @classmethod
+    def from_params(cls, params: dict, recovery: bool = True) -> EvalSettings:
+        """From the evaluate rule's params (params.evaluation: prompt, evaluation, judge, seed);
+        recovery decodes off when `recovery` is False (the pool's params carry no recovery
+        settings)."""
+        e, j = params["evaluation"], params["judge"]
+        return cls(
+            recovery=RecoverySettings(**e["recovery"]) if recovery else RecoverySettings.only(),
+            prompt=PromptSettings.from_params(params["prompt"]),
+            formats=tuple(e["formats"]),
+            batch_size=e["batch_size"],
+            max_new_tokens=e["max_new_tokens"],
+            budget_margin=e["budget_margin"],
+            max_length_factor=j["max_length_factor"],
+            max_length_slack=j["max_length_slack"],
+            sentence_slack=j["sentence_slack"],
+            seed=params["seed"],
+        )

@@ -47,19 +47,22 @@ import torch
 import yaml
 
 from benchmark_illusion.compression.calibration import CalibrationError, make_windows
-from benchmark_illusion.compression.pruning.layerwise import decoder_layers, prune_model
+from benchmark_illusion.compression.pruning.layerwise import (
+    PruneSettings,
+    decoder_layers,
+    prune_model,
+)
 from benchmark_illusion.compression.quantization import Grid, QuantizeSettings, quantize_model
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.data.items import build_items, validate_rows
 from benchmark_illusion.data.loaders import load_raw
 from benchmark_illusion.data.raw import raw_path_for
 from benchmark_illusion.data.steps import seeded_order
-from benchmark_illusion.evaluation.decoding import Tokens, stop_rule
+from benchmark_illusion.evaluation.decoding import RowContext, Tokens, stop_rule
 from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
 from benchmark_illusion.evaluation.recovery import recovery_rows
-from benchmark_illusion.evaluation.settings import RecoverySettings
+from benchmark_illusion.evaluation.settings import EvalSettings, RecoverySettings
 from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
-from benchmark_illusion.pipeline import eval_settings, prune_settings, quantize_settings
 from benchmark_illusion.scheduling.cluster import job_threads
 
 PARTS = ("open+mc", "candidates", "mc_nopassage", "beam", "sample", "oneshot")
@@ -149,7 +152,7 @@ def _measure(config: dict, root: Path, n_items: int | None, cores: int) -> list[
     keep = seeded_order(items["item_id"].to_list(), config["seed"])[:n_items]
     sample = items.filter(pl.col("item_id").is_in(keep))
     exemplars = {r["item_id"]: r for r in items.to_dicts()}
-    settings = eval_settings(rule_params.evaluation(config))
+    settings = EvalSettings.from_params(rule_params.evaluation(config))
     rec = settings.recovery
     out = []
     for name in sorted(config["models"]):
@@ -190,9 +193,8 @@ def _measure(config: dict, root: Path, n_items: int | None, cores: int) -> list[
                 scope="all",
             )
             t0 = time.perf_counter()
-            recovery_rows(
-                model, toks, rows, replace(settings, recovery=only), stop, base, exemplars, False
-            )
+            ctx = RowContext(toks, replace(settings, recovery=only), base)
+            recovery_rows(model, ctx, rows, stop=stop, exemplars=exemplars, progress=False)
             t.per_item[part] = (time.perf_counter() - t0) / sample.height
         cal = config["calibration"]
         windows = _windows(items, tok, cal["n_windows"], cal["seq_len"], config["seed"])
@@ -200,13 +202,15 @@ def _measure(config: dict, root: Path, n_items: int | None, cores: int) -> list[
         for method in config["pruning"]["methods"]:
             p = rule_params.prune(config, name, method)
             sparsity = (config["pruning"]["sparsities"] or [0.5])[0]
-            ps = prune_settings(p, method, "unstructured", sparsity)
+            ps = PruneSettings.from_params(p, method, "unstructured", sparsity)
             t.compress_threads[method] = _threads("prune", cores, method)
             t.prune[method] = _first_layer_seconds(model, windows, ps) * n_layers
         q = config["quantization"]
         for method in q["methods"] if q["bits"] else []:
             grid = Grid(q["bits"][0], q["group_size"], q["symmetric"])
-            qs = quantize_settings(rule_params.quantize(config, name, method), method, str(grid))
+            qs = QuantizeSettings.from_params(
+                rule_params.quantize(config, name, method), method, str(grid)
+            )
             t.compress_threads[method] = _threads("quantize", cores, method)
             t.quantize[method] = _first_layer_seconds(model, windows, qs) * n_layers
         out.append(t)

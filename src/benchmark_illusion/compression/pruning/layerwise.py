@@ -48,6 +48,21 @@ class PruneSettings:
                 f"got {self.sparsity:g}"
             )
 
+    @classmethod
+    def from_params(cls, params: dict, method: str, structure: str, sparsity: float):
+        """The settings of one grid point from the prune rule's params (params.prune: the batch
+        size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
+        raises ValueError for an inconsistent combination."""
+        from benchmark_illusion.compression.structures import parse_structure
+
+        kwargs = {}
+        if method != "magnitude":
+            kwargs["batch_size"] = params["batch_size"]
+        if method == "sparsegpt":
+            g = params["sparsegpt"]
+            kwargs.update(blocksize=g["blocksize"], percdamp=g["percdamp"])
+        return cls(method=method, sparsity=sparsity, structure=parse_structure(structure), **kwargs)
+
 
 class _Captured(Exception):
     """Raised by the pre-hook to stop the forward pass once block 0's inputs are known."""

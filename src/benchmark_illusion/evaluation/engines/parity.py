@@ -148,11 +148,11 @@ def run_both(
     import time
     from pathlib import Path
 
-    from benchmark_illusion import pipeline
-    from benchmark_illusion.evaluation.decoding import Tokens
+    from benchmark_illusion.evaluation.decoding import RowContext, Tokens
     from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
     from benchmark_illusion.evaluation.recovery import recovery_rows
     from benchmark_illusion.evaluation.settings import FORMATS, EvalSettings, RecoverySettings
+    from benchmark_illusion.evaluation.steps import vllm_engine
     from benchmark_illusion.models.checkpoints import load_checkpoint
 
     out = Path(out_dir)
@@ -187,7 +187,7 @@ def run_both(
                 evaluate_items(eng, tok, items, s, meta, progress=False)
                 secs[phase].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            recovery_rows(eng, toks, items.to_dicts(), rec, None, base, {}, False)
+            recovery_rows(eng, RowContext(toks, rec, base), items.to_dicts(), progress=False)
             secs["recovery"].append(time.perf_counter() - t0)
         timing["seconds"][name] = {k: sorted(v)[len(v) // 2] for k, v in secs.items()}
 
@@ -214,7 +214,7 @@ def run_both(
     phases(eng, tok, "native")
     del model, eng
     t0 = time.perf_counter()
-    eng, tok = pipeline._vllm_engine(model_dir, "float32", device, seed, False)
+    eng, tok = vllm_engine(model_dir, "float32", device, seed, False)
     timing["load"]["vllm"] = time.perf_counter() - t0
     try:
         for k in range(1, vllm_runs + 1):

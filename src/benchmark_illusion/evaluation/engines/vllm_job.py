@@ -1,6 +1,6 @@
 """One evaluate step in the vLLM venv: `python -m benchmark_illusion.evaluation.engines.vllm_job
-ARGS.json`, where ARGS.json holds pipeline.evaluate_file's keyword arguments
-(pipeline._evaluate_elsewhere writes it). vLLM starts worker processes, hence the guard."""
+ARGS.json`, where ARGS.json holds evaluation.steps.evaluate_file's arguments (the job as a
+mapping; steps._evaluate_elsewhere writes it). vLLM starts worker processes, hence the guard."""
 
 from __future__ import annotations
 
@@ -10,10 +10,18 @@ from pathlib import Path
 
 
 def main(path: str) -> int:
-    from benchmark_illusion import logs, pipeline
+    from benchmark_illusion import logs
+    from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
+    from benchmark_illusion.models.keys import Placement
 
     logs.to_file(None)
-    pipeline.evaluate_file(**json.loads(Path(path).read_text()))
+    args = json.loads(Path(path).read_text())
+    evaluate_file(
+        EvalJob.from_dict(args["job"]),
+        args["params"],
+        Placement(**args["place"]),
+        args["throughput"],
+    )
     return 0
 
 
