@@ -444,7 +444,8 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     from safetensors.torch import load_file
 
     from benchmark_illusion import pipeline
-    from benchmark_illusion.compression.pruning.layerwise import decoder_layers, prune_model
+    from benchmark_illusion.compression.blockwise import decoder_layers
+    from benchmark_illusion.compression.pruning.layerwise import prune_model
     from benchmark_illusion.compression.quantization import quantize_model
     from benchmark_illusion.concepts import activations as concepts
     from benchmark_illusion.config import params as rule_params

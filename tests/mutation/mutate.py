@@ -76,9 +76,15 @@ SCOPE = [
             "function_edge",
         )
     ),
-    # pruning: every mask and SparseGPT
+    # pruning: every mask and SparseGPT, with the Hessian, its inverse factor and the float64
+    # device they share with GPTQ (blockwise.py)
     "benchmark_illusion.compression.pruning.masks.*",
     "benchmark_illusion.compression.pruning.sparsegpt.*",
+    *(
+        f"benchmark_illusion.compression.blockwise.x_{f}__mutmut_*"
+        for f in ("float64_device", "one_thread_on_cpu", "inverse_hessian_factor")
+    ),
+    "benchmark_illusion.compression.blockwise.xǁHessianǁ*",
     # items: kinds and overlaps (answers.py), the length window (spans.py), the distractor order
     # and its rejections (distractors.py)
     *(
