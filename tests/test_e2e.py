@@ -288,8 +288,8 @@ def test_the_judge_reads_the_real_models_answers_and_the_options_are_answers(smo
     row re-judged from its output gives its logged verdicts, no span option starts or ends with
     a function word, and the database carries the options' table and the MC-only bounds."""
     from benchmark_illusion.evaluation.decoding import judge_row
-    from benchmark_illusion.evaluation.language import function_edge
     from benchmark_illusion.evaluation.settings import EvalSettings
+    from benchmark_illusion.language import function_edge
 
     work, _ = smoke_run
     gen = pl.concat(

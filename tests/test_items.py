@@ -14,8 +14,8 @@ from benchmark_illusion.data.answers import is_numeric, overlaps
 from benchmark_illusion.data.items import build_items, validate_rows
 from benchmark_illusion.data.loaders import load_raw
 from benchmark_illusion.data.spans import _kind, split_sentences
-from benchmark_illusion.evaluation.language import word_breaks
-from benchmark_illusion.evaluation.text import tokenize
+from benchmark_illusion.language import word_breaks
+from benchmark_illusion.textnorm import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -975,7 +975,7 @@ def test_no_distractor_touches_or_shares_the_golds_place():
 
 @pytest.mark.parametrize("lang", ["en", "de", "es"])
 def test_no_span_of_the_sample_set_is_a_function_word_phrase_or_a_name_fragment(lang):
-    from benchmark_illusion.evaluation.language import function_edge
+    from benchmark_illusion.language import function_edge
 
     df, _ = validate_rows(
         load_raw(

@@ -1,5 +1,5 @@
-"""Tests for benchmark_illusion.evaluation.text, judge and candidates: normalisation, tokens,
-metrics and the echo and length rules."""
+"""Tests for benchmark_illusion.textnorm, evaluation.text, judge and candidates: normalisation,
+tokens, metrics and the echo and length rules."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from benchmark_illusion.evaluation.judge import (
     sentence_count,
     token_f1,
 )
-from benchmark_illusion.evaluation.text import first_line, normalize, tokenize
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import normalize, tokenize
 
 Q_FR = "What is the capital of France?"
 PASSAGE_FR = (

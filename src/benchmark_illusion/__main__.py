@@ -29,7 +29,8 @@ from pathlib import Path
 
 from benchmark_illusion.evaluation.candidates import LABEL_LETTERS, judge_candidates
 from benchmark_illusion.evaluation.judge import judge
-from benchmark_illusion.evaluation.text import first_line, tokenize
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import tokenize
 
 DEFAULT_DB = "results/illusion.duckdb"
 

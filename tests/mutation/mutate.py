@@ -30,12 +30,13 @@ EQUIVALENT = Path(__file__).with_name("equivalent.md")
 
 # Functions whose mutants are run (mutmut names: module.x_function, module.xǁClassǁmethod).
 SCOPE = [
-    # judge: containment (text.py), matches (numbers, inflection, whole entities), echo (question
-    # copy, question share, passage copy), length limits, hedge, repeat, F1, naming an option,
-    # the sentence-tolerant verdict
+    # judge: containment (textnorm.py), matches (numbers, inflection, whole entities), echo
+    # (question copy, question share, passage copy), length limits, hedge, repeat, F1, naming an
+    # option, the sentence-tolerant verdict
+    "benchmark_illusion.evaluation.text.x_first_line__mutmut_*",
     *(
-        f"benchmark_illusion.evaluation.text.x_{f}__mutmut_*"
-        for f in ("first_line", "find_token_runs", "contains_tokens")
+        f"benchmark_illusion.textnorm.x_{f}__mutmut_*"
+        for f in ("find_token_runs", "contains_tokens")
     ),
     *(
         f"benchmark_illusion.evaluation.judge.x_{f}__mutmut_*"
@@ -65,7 +66,7 @@ SCOPE = [
     ),
     # the judge's language rules: negation and alternatives, stems, numbers, function words
     *(
-        f"benchmark_illusion.evaluation.language.x_{f}__mutmut_*"
+        f"benchmark_illusion.language.x_{f}__mutmut_*"
         for f in (
             "negated_at",
             "alternative_at",

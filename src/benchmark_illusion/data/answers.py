@@ -3,7 +3,7 @@ normalisation (equal, or one's judge tokens a contiguous run of the other's)."""
 
 from __future__ import annotations
 
-from benchmark_illusion.evaluation.text import contains_tokens, normalize, tokenize
+from benchmark_illusion.textnorm import contains_tokens, normalize, tokenize
 
 # "Mostly digits": two thirds keeps "1887年" and "2008年8月" (Chinese/Japanese dates)
 # numeric while "May 1887" and "42 km" stay text.

@@ -9,7 +9,7 @@ import numpy as np
 
 from benchmark_illusion.data.answers import _is_numeric_tokens, _overlap_tokens, _touch_tokens
 from benchmark_illusion.data.spans import _kind, _length_range, _Passage
-from benchmark_illusion.evaluation.text import contains_tokens, tokenize
+from benchmark_illusion.textnorm import contains_tokens, tokenize
 
 # ---------------------------------------------------------------------------
 # Keyed randomness

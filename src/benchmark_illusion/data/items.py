@@ -43,6 +43,7 @@ import random
 import numpy as np
 import polars as pl
 
+from benchmark_illusion import language
 from benchmark_illusion.data.answers import is_numeric
 from benchmark_illusion.data.distractors import (
     _choose_distractors,
@@ -53,8 +54,7 @@ from benchmark_illusion.data.distractors import (
     _stable_u64,
 )
 from benchmark_illusion.data.spans import _kind, _Passage
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import normalize, tokenize
+from benchmark_illusion.textnorm import normalize, tokenize
 
 REASONS = (
     "empty_id",

@@ -8,8 +8,8 @@ import functools
 import math
 import unicodedata
 
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import _is_unspaced_char, tokenize
+from benchmark_illusion import language
+from benchmark_illusion.textnorm import is_unspaced_char, tokenize
 
 # Sentences. A passage is cut into sentences after 。！？ । ؟ ۔ (always), at line breaks,
 # and after . ! ? followed (past closing quotes and brackets) by whitespace or the end,
@@ -132,7 +132,7 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 def _segmented(ch: str) -> bool:
     """A character of a script whose words the segmenter finds (not a digit, no punctuation)."""
-    return _is_unspaced_char(ch) and not ch.isdigit() and not _is_punct(ch)
+    return is_unspaced_char(ch) and not ch.isdigit() and not _is_punct(ch)
 
 
 def _kind(text: str) -> str:

@@ -47,7 +47,8 @@ from benchmark_illusion.evaluation.judge import (
     named_phrases,
 )
 from benchmark_illusion.evaluation.prompts import LETTERS
-from benchmark_illusion.evaluation.text import first_line, tokenize
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import tokenize
 
 # Option labels: the prompt's letters (A-H) in either case, and the Greek and Cyrillic
 # capitals that look like Latin capitals (module docstring, `candidates` format).

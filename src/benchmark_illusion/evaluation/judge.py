@@ -5,7 +5,7 @@ passage copied out, long rambles, every option listed, the gold said six times) 
 games a naive "does the answer contain the gold string" test. The definitions below are
 language-aware and reject those cases.
 
-Texts are compared as tokens: `normalize` and `tokenize` (evaluation/text.py, whose module
+Texts are compared as tokens: `normalize` and `tokenize` (textnorm.py, whose module
 docstring gives their rules) fold case, script variants, digits and punctuation the same
 way in every language, and make each CJK, kana and Thai character a token of its own.
 
@@ -19,7 +19,7 @@ Per gold answer
                  neither negated nor uncertain. Token-boundary aware: "1500" does not
                  contain "5", "It is Paris" contains "Paris", "答案是北京" contains "北京".
 
-Matching a gold (`gold_matches`; the resources are in evaluation/language.py)
+Matching a gold (`gold_matches`; the resources are in language.py)
     exact       the gold's tokens as a contiguous run of the prediction's tokens;
     number      the gold with its numbers written the other way: digits as the
                 language's number words ("twelve", "doce", "十二") and number words as
@@ -160,12 +160,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import _is_unspaced_char as _is_unspaced
-from benchmark_illusion.evaluation.text import (
+from benchmark_illusion import language
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import (
     contains_tokens,
     find_token_runs,
-    first_line,
+    is_unspaced_char,
     normalize,
     tokenize,
 )
@@ -472,7 +472,9 @@ def whole_entity(
 def _segmented(ch: str) -> bool:
     import unicodedata
 
-    return _is_unspaced(ch) and not ch.isdigit() and not unicodedata.category(ch).startswith("P")
+    return (
+        is_unspaced_char(ch) and not ch.isdigit() and not unicodedata.category(ch).startswith("P")
+    )
 
 
 @dataclass(frozen=True)
