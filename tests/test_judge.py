@@ -1095,14 +1095,14 @@ def test_an_option_without_tokens_is_never_a_repeat():
 
 
 def test_a_single_copy_of_a_gold_is_not_a_repeat():
-    """`_is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
-    from benchmark_illusion.evaluation.judge import _is_repeat
+    """`is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
+    from benchmark_illusion.evaluation.judge import is_repeat
 
     gold = ["new", "york"]
-    assert not _is_repeat(gold, gold)
-    assert _is_repeat(gold * 2, gold) and _is_repeat(gold * 3, gold)
-    assert not _is_repeat(gold * 2 + ["city"], gold) and not _is_repeat(["new"] * 4, gold)
-    assert not _is_repeat(gold, [])
+    assert not is_repeat(gold, gold)
+    assert is_repeat(gold * 2, gold) and is_repeat(gold * 3, gold)
+    assert not is_repeat(gold * 2 + ["city"], gold) and not is_repeat(["new"] * 4, gold)
+    assert not is_repeat(gold, [])
 
 
 def test_without_a_question_or_a_passage_no_echo_rule_applies():

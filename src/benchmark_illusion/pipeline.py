@@ -178,7 +178,7 @@ def evaluate_file(
     t0 = time.perf_counter()
     dtype = params["evaluation"]["dtype"]
     if engine_name == "vllm":
-        net, tok = _vllm_engine(checkpoint, dtype, device, params["seed"], trust_remote_code)
+        net, tok = load_vllm_engine(checkpoint, dtype, device, params["seed"], trust_remote_code)
     else:
         net, tok = load_checkpoint(checkpoint, dtype, device, trust_remote_code)
     control = control_of(checkpoint)
@@ -251,7 +251,7 @@ def evaluate_file(
     return df
 
 
-def _vllm_engine(checkpoint, dtype: str, device: str, seed: int, trust_remote_code: bool):
+def load_vllm_engine(checkpoint, dtype: str, device: str, seed: int, trust_remote_code: bool):
     """The vLLM engine on `checkpoint` and its tokenizer (the stop rule from the tokenizer and
     the folder's generation config, as the native engine takes it from the loaded model's)."""
     import types

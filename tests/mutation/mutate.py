@@ -43,15 +43,15 @@ SCOPE = [
         for f in (
             "named_phrases",
             "_inside_gold",
-            "_answered",
-            "_is_repeat",
+            "answered_options",
+            "is_repeat",
             "_f1",
             "exact_match",
             "token_f1",
             "contains",
             "_question_echo",
             "_passage_copy",
-            "_read",
+            "read_scores",
             "gold_matches",
             "whole_entity",
             "_clause_end",
@@ -61,7 +61,7 @@ SCOPE = [
             "_sentence_flags",
             "_hedge_and_named",
             "judge",
-            "_sentence_verdict",
+            "sentence_verdict",
         )
     ),
     # the judge's language rules: negation and alternatives, stems, numbers, function words
@@ -90,15 +90,21 @@ SCOPE = [
     # and its rejections (distractors.py)
     *(
         f"benchmark_illusion.data.answers.x_{f}__mutmut_*"
-        for f in ("_is_numeric_tokens", "is_numeric", "_overlap_tokens", "overlaps")
+        for f in ("is_numeric_tokens", "is_numeric", "overlap_tokens", "overlaps")
     ),
-    *(f"benchmark_illusion.data.spans.x_{f}__mutmut_*" for f in ("_kind", "_length_range")),
-    "benchmark_illusion.data.distractors.x__choose_passage_distractors__mutmut_*",
+    *(f"benchmark_illusion.data.spans.x_{f}__mutmut_*" for f in ("text_kind", "length_range")),
+    "benchmark_illusion.data.distractors.x_choose_passage_distractors__mutmut_*",
     "benchmark_illusion.data.distractors.xǁ_Pickedǁconsider__mutmut_*",
     # bootstrap: the draws, their counts, the quantiles and the intervals of the replicates
     *(
         f"benchmark_illusion.metrics.bootstrap.x_{f}__mutmut_*"
-        for f in ("row_quantiles", "_intervals", "draws", "draw_counts", "benchmark_counts")
+        for f in (
+            "row_quantiles",
+            "replicate_intervals",
+            "draws",
+            "draw_counts",
+            "benchmark_counts",
+        )
     ),
     # aggregation helpers around the SQL files
     *(

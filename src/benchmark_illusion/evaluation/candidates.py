@@ -40,11 +40,11 @@ import unicodedata
 from benchmark_illusion.evaluation.judge import (
     SENTENCE_SLACK,
     Judgement,
-    _answered,
-    _is_repeat,
-    _read,
-    _sentence_verdict,
+    answered_options,
+    is_repeat,
     named_phrases,
+    read_scores,
+    sentence_verdict,
 )
 from benchmark_illusion.evaluation.prompts import LETTERS
 from benchmark_illusion.evaluation.text import first_line
@@ -122,7 +122,7 @@ def judge_candidates(
     pred = tokenize(judged, lang)
     option_tokens = [tokenize(o, lang) for o in options]
     named = set() if bare else {k for k, n in enumerate(named_phrases(pred, option_tokens)) if n}
-    named = _answered(named, option_tokens, tokenize(question, lang))
+    named = answered_options(named, option_tokens, tokenize(question, lang))
     if label is not None:
         named.add(label)
     pred_option = next(iter(named)) if len(named) == 1 else None
@@ -140,7 +140,7 @@ def judge_candidates(
             judged=judged,
         )
 
-    s = _read(
+    s = read_scores(
         judged,
         pred,
         [gold_tokens],
@@ -155,11 +155,11 @@ def judge_candidates(
     contained = bool(s.contained) or (bare and label == gold_option)
     hedge = contained and any(k != gold_option for k in named)
     repeat = not any(pred == t for t in option_tokens) and any(
-        _is_repeat(pred, t) for t in option_tokens
+        is_repeat(pred, t) for t in option_tokens
     )
     fine = pred_option == gold_option and not echo and not too_long and not hedge and not repeat
     correct = contained and fine
-    sentence = _sentence_verdict(
+    sentence = sentence_verdict(
         judged,
         pred,
         s,

@@ -204,7 +204,9 @@ def _inside_gold(pred: list[str], phrase: list[str], golds: list[list[str]]) -> 
     return bool(runs) and all(partly(s) for s in runs)
 
 
-def _answered(named: set[int], option_tokens: list[list[str]], question: list[str]) -> set[int]:
+def answered_options(
+    named: set[int], option_tokens: list[list[str]], question: list[str]
+) -> set[int]:
     """The named options offered as answers: when two or more are named, those whose text is
     in the question are left out (a restatement names the question's subject: "The Pellan Bridge
     crosses the Sorr River" for "Which river does the Pellan Bridge cross?"), unless that would
@@ -215,7 +217,7 @@ def _answered(named: set[int], option_tokens: list[list[str]], question: list[st
     return answered or named
 
 
-def _is_repeat(pred: list[str], gold: list[str]) -> bool:
+def is_repeat(pred: list[str], gold: list[str]) -> bool:
     """`pred` is `gold` two or more times over and nothing else."""
     n = len(gold)
     return n > 0 and len(pred) >= 2 * n and len(pred) % n == 0 and pred == gold * (len(pred) // n)
@@ -479,8 +481,8 @@ def _segmented(ch: str) -> bool:
 
 @dataclass(frozen=True)
 class Scores:
-    """What the judge reads off one text against its golds (`_read`): the clean matches (whole,
-    not negated, not an alternative) and the flags the verdicts combine."""
+    """What the judge reads off one text against its golds (`read_scores`): the clean matches
+    (whole, not negated, not an alternative) and the flags the verdicts combine."""
 
     exact_match: bool
     f1: float
@@ -495,7 +497,7 @@ class Scores:
     clause_end: int = 0
 
 
-def _read(
+def read_scores(
     text: str,
     pred: list[str],
     gold_tokens: list[list[str]],
@@ -686,7 +688,7 @@ def _hedge_and_named(
         and not (len(toks) == 1 and language.is_function_word(toks[0], lang))
         for n, toks in zip(named, option_tokens, strict=True)
     ]
-    kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, question)
+    kept = answered_options(set(k for k, n in enumerate(named) if n), option_tokens, question)
     hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
     return hedge, len(kept)
 
@@ -739,7 +741,7 @@ def judge(
                 option_tokens,
                 qtoks,
             )
-        repeat = not s.exact_match and any(_is_repeat(toks, g) for g in gold_tokens)
+        repeat = not s.exact_match and any(is_repeat(toks, g) for g in gold_tokens)
         fine = not s.echo and not s.too_long and not hedge and not repeat
         return (
             bool(s.contained) and fine,
@@ -749,20 +751,24 @@ def judge(
             named,
         )
 
-    s = _read(line, pred, gold_tokens, *common, rivals=rival_tokens)
+    s = read_scores(line, pred, gold_tokens, *common, rivals=rival_tokens)
     correct, correct_upper, hedge, repeat, n_options = verdict(line, pred, s)
     # the sentence-tolerant verdict reads the first sentence, whatever follows it
     sentence_text = first_sentence(line)
     if sentence_text != line:
         stoks = tokenize(sentence_text, lang)
-        ss = _read(sentence_text, stoks, gold_tokens, *common, rivals=rival_tokens) if stoks else s
+        ss = (
+            read_scores(sentence_text, stoks, gold_tokens, *common, rivals=rival_tokens)
+            if stoks
+            else s
+        )
         s_hedge, s_repeat = verdict(sentence_text, stoks, ss)[2:4] if stoks else (hedge, repeat)
     else:
         stoks, ss, s_hedge, s_repeat = pred, s, hedge, repeat
-    sentence = _sentence_verdict(
+    sentence = sentence_verdict(
         line, stoks, ss, qtoks, passage, lang, sentence_slack, correct, s_hedge or s_repeat
     )
-    upper = _sentence_verdict(
+    upper = sentence_verdict(
         line,
         stoks,
         ss,
@@ -795,7 +801,7 @@ def judge(
     )
 
 
-def _sentence_verdict(
+def sentence_verdict(
     line: str,
     pred: list[str],
     s: Scores,

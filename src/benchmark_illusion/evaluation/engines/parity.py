@@ -214,7 +214,7 @@ def run_both(
     phases(eng, tok, "native")
     del model, eng
     t0 = time.perf_counter()
-    eng, tok = pipeline._vllm_engine(model_dir, "float32", device, seed, False)
+    eng, tok = pipeline.load_vllm_engine(model_dir, "float32", device, seed, False)
     timing["load"]["vllm"] = time.perf_counter() - t0
     try:
         for k in range(1, vllm_runs + 1):
