@@ -154,11 +154,6 @@ def pad_batch(
     return ids.to(device), mask.to(device)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ids [B, T] and mask [B, T] (pad_batch, side='left')."""
-    return pad_batch(seqs, pad_id, device, side="left")
-
-
 # A shared head shorter than this is run with the rest: its own forward would cost more than
 # the rows' repeats of it.
 SHARED_HEAD_MIN = 16
@@ -362,13 +357,3 @@ def score_tokens(
             result[b].append(ContinuationScores(chosen[i : i + len(c)], ranks[i : i + len(c)]))
             i += len(c)
     return result
-
-
-def score_continuations(
-    model, state: Prefill, conts: list[list[list[int]]], pad_id: int
-) -> list[list[float]]:
-    """Sum of log-probs of each continuation given its row's prompt, reusing the prompt's cache.
-
-    conts[b][k]: token ids of option k of row b (each option >= 1 token). Returns [B][K_b] floats.
-    """
-    return [[s.total for s in row] for row in score_tokens(model, state, conts, pad_id)]
