@@ -12,6 +12,7 @@ import pytest
 
 from benchmark_illusion.evaluation.candidates import judge_candidates, option_label
 from benchmark_illusion.evaluation.judge import (
+    JudgeLimits,
     Judgement,
     contains,
     exact_match,
@@ -185,7 +186,7 @@ def test_length_limit_boundary():
     assert len(tokenize(nine, "en")) == 9
     assert not judge(nine, ["New York"], "en").too_long
     assert judge("z " + nine, ["New York"], "en").too_long
-    assert judge("z " + nine, ["New York"], "en", max_length_slack=4).correct
+    assert judge("z " + nine, ["New York"], "en", limits=JudgeLimits(max_length_slack=4)).correct
 
 
 def test_too_long_uses_the_contained_gold_not_the_longest():
@@ -982,13 +983,19 @@ def test_sentence_slack_bounds_the_length():
         "It is Brennick, the nearest town by the lake.",
     )
     # question 7 tokens + gold 1 + slack; the answer has 7 (articles dropped)
-    assert judge(a, ["Brennick"], "en", question=q, sentence_slack=0).correct_sentence
+    assert judge(
+        a, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=0)
+    ).correct_sentence
     long = "It is the little market town of Brennick by the lake of Varrow in the hills."
-    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=4).sentence_too_long
-    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=20).correct_sentence
+    assert judge(
+        long, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=4)
+    ).sentence_too_long
+    assert judge(
+        long, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=20)
+    ).correct_sentence
     # what follows the clause that states the gold adds to the answer and is not counted
     more = "It is Brennick, the nearest little market town by the lake of Varrow in the hills."
-    v = judge(more, ["Brennick"], "en", question=q, sentence_slack=4)
+    v = judge(more, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=4))
     assert v.correct_sentence and not v.sentence_too_long
 
 
@@ -1110,7 +1117,7 @@ def test_without_a_question_or_a_passage_no_echo_rule_applies():
     whatever the words (a placeholder gold here) and however tight the length limit."""
     j = judge("Xxxx xxxx xxxx", ["xxxx"], "en")
     assert j.contains and not j.echo
-    j = judge("Xxxx", ["xxxx"], "en", max_length_factor=0.5, max_length_slack=0)
+    j = judge("Xxxx", ["xxxx"], "en", limits=JudgeLimits(max_length_factor=0.5, max_length_slack=0))
     assert j.too_long and not j.echo
 
 
@@ -1126,9 +1133,10 @@ def test_judge_defaults_are_the_documented_ones():
             if p.default is not inspect.Parameter.empty
         }
 
-    common = {"question": "", "passage": "", "max_length_factor": 3.0, "max_length_slack": 3}
-    assert defaults(judge) == {**common, "options": None, "sentence_slack": 4, "rivals": None}
-    assert defaults(judge_candidates) == {**common, "letters": True, "sentence_slack": 4}
+    common = {"question": "", "passage": "", "limits": JudgeLimits()}
+    assert defaults(judge) == {**common, "options": None, "rivals": None}
+    assert defaults(judge_candidates) == {**common, "letters": True}
+    assert JudgeLimits() == JudgeLimits(max_length_factor=3.0, max_length_slack=3, sentence_slack=4)
 
 
 # --- which gold sets the limits, and the sentence verdict at its boundaries ----------------------

@@ -62,6 +62,7 @@ SCOPE = [
             "_hedge_and_named",
             "judge",
             "sentence_verdict",
+            "judgement",
         )
     ),
     # the judge's language rules: negation and alternatives, stems, numbers, function words

@@ -501,17 +501,14 @@ def read_scores(
     text: str,
     pred: list[str],
     gold_tokens: list[list[str]],
-    lang: str,
-    question: str,
-    passage: str,
-    max_length_factor: float,
-    max_length_slack: int,
+    item: Asked,
     option_tokens: list[list[str]] | None = None,
     rivals: list[list[str]] | None = None,
 ) -> Scores:
     """exact_match, f1, the matched golds, too_long, echo, negated, uncertain and longer_entity of
     non-empty `pred` (the tokens of `text`). `rivals`: phrases whose occurrences a match must not
     overlap (the real golds, when a distractor is judged as if it were the gold)."""
+    lang, passage = item.lang, item.passage
     toks = language.located_tokens(text, lang)
     matches = gold_matches(pred, gold_tokens, lang)
     if rivals:
@@ -552,9 +549,9 @@ def read_scores(
     reference = max(
         [m.end - m.start for m in clean or alternative] or [max(len(g) for g in gold_tokens)]
     )
-    max_tokens = max_length_factor * reference + max_length_slack
+    max_tokens = item.limits.max_length_factor * reference + item.limits.max_length_slack
     too_long = len(pred) > max_tokens
-    qtoks = tokenize(question, lang)
+    qtoks = item.question_tokens
     echo = _question_echo(pred, contained or _golds_of(alternative, gold_tokens), qtoks)
     if not echo and too_long and passage:
         echo = _passage_copy(pred, tokenize(passage, lang), int(max_tokens))
@@ -597,6 +594,46 @@ _ABBREVIATION = re.compile(r"(?:^|[\s(])[A-Z][A-Za-z]{0,2}$")
 SENTENCE_SLACK = 4
 
 
+@dataclass(frozen=True)
+class JudgeLimits:
+    """The judge's length limits (module docstring): a short answer has at most
+    max_length_factor * G + max_length_slack tokens, a one-sentence answer at most
+    Q + G + sentence_slack."""
+
+    max_length_factor: float = 3.0
+    max_length_slack: int = 3
+    sentence_slack: int = SENTENCE_SLACK
+
+
+DEFAULT_LIMITS = JudgeLimits()
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What an answer is judged against besides its golds: the item's language, question (and
+    its tokens) and passage, and the judge's limits (`Asked.of` tokenizes the question)."""
+
+    lang: str
+    question: str
+    question_tokens: list[str]
+    passage: str
+    limits: JudgeLimits
+
+    @classmethod
+    def of(cls, lang: str, question: str, passage: str, limits: JudgeLimits) -> Asked:
+        return cls(lang, question, tokenize(question, lang), passage, limits)
+
+
+@dataclass(frozen=True)
+class SentenceVerdict:
+    """The sentence-tolerant verdict (`sentence_verdict`) and the flags behind it."""
+
+    correct_sentence: bool
+    sentences: int
+    sentence_too_long: bool
+    sentence_copy: bool
+
+
 def _sentence_ends(line: str) -> list[int]:
     """Offsets just past each sentence end of `line` that has text before and after it."""
     ends, start = [], 0
@@ -630,17 +667,11 @@ def first_sentence(line: str) -> str:
     return line[: ends[0]].strip() if ends else line
 
 
-def _sentence_flags(
-    pred: list[str],
-    contained: list[list[str]],
-    question: list[str],
-    passage: str,
-    lang: str,
-    sentence_slack: int,
-) -> tuple[bool, bool]:
+def _sentence_flags(pred: list[str], contained: list[list[str]], item: Asked) -> tuple[bool, bool]:
     """sentence_too_long and sentence_copy of a non-empty prediction."""
+    question, passage, lang = item.question_tokens, item.passage, item.lang
     reference = max(contained, key=len) if contained else []
-    too_long = len(pred) > len(question) + len(reference) + sentence_slack
+    too_long = len(pred) > len(question) + len(reference) + item.limits.sentence_slack
     copy = False
     if contained and passage and len(pred) >= len(reference) + 2:
         if contains_tokens(tokenize(passage, lang), pred):
@@ -699,11 +730,9 @@ def judge(
     lang: str,
     question: str = "",
     passage: str = "",
-    max_length_factor: float = 3.0,
-    max_length_slack: int = 3,
     options: list[str] | None = None,
-    sentence_slack: int = SENTENCE_SLACK,
     rivals: list[str] | None = None,
+    limits: JudgeLimits = DEFAULT_LIMITS,
 ) -> Judgement:
     """Judge the first non-empty line of `prediction` against `golds`.
 
@@ -712,9 +741,9 @@ def judge(
     item's options, gold included) enable hedge and options_named; without them hedge is false
     and options_named None. `rivals`: texts whose occurrences a gold's occurrence must not
     overlap (the false-recovery control passes the item's real golds when it judges a
-    distractor as if it were the gold). An empty prediction, or one judged against golds that
-    all have no tokens, gets the all-false Judgement with f1 0.0 (options_named 0 when options
-    are given).
+    distractor as if it were the gold). `limits`: the length limits (`JudgeLimits`). An empty
+    prediction, or one judged against golds that all have no tokens, gets the all-false
+    Judgement with f1 0.0 (options_named 0 when options are given).
     """
     line = first_line(prediction)
     pred = tokenize(line, lang)
@@ -726,8 +755,8 @@ def judge(
         )
     option_tokens = None if options is None else [tokenize(o, lang) for o in options]
     rival_tokens = [t for t in (tokenize(r, lang) for r in rivals or []) if t]
-    qtoks = tokenize(question, lang)
-    common = (lang, question, passage, max_length_factor, max_length_slack, option_tokens)
+    item = Asked.of(lang, question, passage, limits)
+    qtoks = item.question_tokens
 
     def verdict(text: str, toks: list[str], s: Scores) -> tuple[bool, bool, bool, bool, int]:
         """correct, correct if uncertain counted right, hedge, repeat, options named."""
@@ -751,53 +780,83 @@ def judge(
             named,
         )
 
-    s = read_scores(line, pred, gold_tokens, *common, rivals=rival_tokens)
+    s = read_scores(line, pred, gold_tokens, item, option_tokens, rival_tokens)
     correct, correct_upper, hedge, repeat, n_options = verdict(line, pred, s)
     # the sentence-tolerant verdict reads the first sentence, whatever follows it
     sentence_text = first_sentence(line)
     if sentence_text != line:
         stoks = tokenize(sentence_text, lang)
         ss = (
-            read_scores(sentence_text, stoks, gold_tokens, *common, rivals=rival_tokens)
+            read_scores(sentence_text, stoks, gold_tokens, item, option_tokens, rival_tokens)
             if stoks
             else s
         )
         s_hedge, s_repeat = verdict(sentence_text, stoks, ss)[2:4] if stoks else (hedge, repeat)
     else:
         stoks, ss, s_hedge, s_repeat = pred, s, hedge, repeat
-    sentence = sentence_verdict(
-        line, stoks, ss, qtoks, passage, lang, sentence_slack, correct, s_hedge or s_repeat
-    )
+    sentence = sentence_verdict(line, stoks, ss, item, correct, s_hedge or s_repeat)
     upper = sentence_verdict(
-        line,
-        stoks,
-        ss,
-        qtoks,
-        passage,
-        lang,
-        sentence_slack,
-        correct_upper,
-        s_hedge or s_repeat,
-        uncertain_counted=True,
+        line, stoks, ss, item, correct_upper, s_hedge or s_repeat, uncertain_counted=True
     )
-    return Judgement(
-        exact_match=s.exact_match,
-        f1=s.f1,
+    return judgement(
+        s,
+        sentence,
+        correct_sentence_upper=upper.correct_sentence,
         contains=bool(s.contained),
-        echo=s.echo,
-        too_long=s.too_long,
         correct=correct,
+        correct_upper=correct_upper,
         hedge=hedge,
         repeat=repeat,
         options_named=n_options,
         judged=line,
         negated=ss.negated if sentence_text != line and not s.negated else s.negated,
-        uncertain=s.uncertain,
-        longer_entity=s.longer_entity,
         match=s.match if (s.contained or s.uncertain_contained) else "",
+    )
+
+
+def judgement(
+    s: Scores,
+    sentence: SentenceVerdict,
+    *,
+    correct_sentence_upper: bool,
+    contains: bool,
+    correct: bool,
+    correct_upper: bool,
+    hedge: bool,
+    repeat: bool,
+    options_named: int | None,
+    judged: str,
+    negated: bool,
+    match: str,
+    pred_option: int | None = None,
+    bare: bool = False,
+) -> Judgement:
+    """The Judgement of `judge` and of `judge_candidates` from the reading `s`, the sentence
+    verdict and the caller's own verdict. bare (a `candidates` label alone): the reading's echo,
+    too_long, uncertain and longer_entity do not apply, the label's option text was not written.
+    correct_upper and correct_sentence_upper: the upper bounds, each or-ed with its verdict."""
+    return Judgement(
+        exact_match=s.exact_match,
+        f1=s.f1,
+        contains=contains,
+        echo=s.echo and not bare,
+        too_long=s.too_long and not bare,
+        correct=correct,
+        hedge=hedge,
+        repeat=repeat,
+        options_named=options_named,
+        pred_option=pred_option,
+        judged=judged,
+        negated=negated,
+        uncertain=s.uncertain and not bare,
+        longer_entity=s.longer_entity and not bare,
+        match=match,
         correct_upper=correct or correct_upper,
-        correct_sentence_upper=sentence["correct_sentence"] or upper["correct_sentence"],
-        **sentence,
+        correct_sentence=sentence.correct_sentence,
+        sentences=sentence.sentences,
+        sentence_too_long=sentence.sentence_too_long,
+        sentence_copy=sentence.sentence_copy,
+        correct_sentence_upper=sentence.correct_sentence or correct_sentence_upper,
     )
 
 
@@ -805,32 +864,27 @@ def sentence_verdict(
     line: str,
     pred: list[str],
     s: Scores,
-    question: list[str],
-    passage: str,
-    lang: str,
-    sentence_slack: int,
+    item: Asked,
     correct: bool,
     named_other: bool,
     uncertain_counted: bool = False,
-) -> dict:
+) -> SentenceVerdict:
     """correct_sentence and its flags (module docstring), on the tokens `pred` of the line's
     first sentence. Rule c of echo (a passage copy longer than the short-answer limit) is
     replaced by sentence_copy; rules a and b stay. uncertain_counted: the upper bound, an answer
     offered beside an alternative counted as stating the gold."""
     contained = s.contained or (s.uncertain_contained if uncertain_counted else [])
-    too_long, copy = _sentence_flags(pred, contained, question, passage, lang, sentence_slack)
+    too_long, copy = _sentence_flags(pred, contained, item)
     if too_long and s.clause_end < len(pred):
-        too_long = _sentence_flags(
-            pred[: s.clause_end], contained, question, passage, lang, sentence_slack
-        )[0]
+        too_long = _sentence_flags(pred[: s.clause_end], contained, item)[0]
     ok = (
         bool(contained)
         and not named_other
-        and not _question_echo(pred, contained, question)
+        and not _question_echo(pred, contained, item.question_tokens)
         and not too_long
         and not copy
     )
-    return dict(
+    return SentenceVerdict(
         correct_sentence=correct or ok,
         sentences=sentence_count(line),
         sentence_too_long=too_long,
