@@ -497,12 +497,8 @@ def _calibration_split(model_dir, args):
 def section_prune(table, model_dir, args):
     from safetensors.torch import save_file
 
-    from benchmark_illusion.compression.pruning.layerwise import (
-        PruneSettings,
-        decoder_layers,
-        prunable_linears,
-        prune_model,
-    )
+    from benchmark_illusion.compression.blockwise import decoder_layers, prunable_linears
+    from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
     from benchmark_illusion.models.checkpoints import load_checkpoint
 
     py = anchor_python("llmc")

@@ -103,7 +103,7 @@ def real_layer_inputs(model, tok, module_name: str, langs, windows: int, layer: 
     `windows` windows of 128 tokens of the sample set's passages in `langs`."""
     import json
 
-    from benchmark_illusion.compression.pruning.layerwise import decoder_layers
+    from benchmark_illusion.compression.blockwise import decoder_layers
 
     text = " ".join(
         p["context"]

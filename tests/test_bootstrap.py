@@ -209,12 +209,12 @@ def test_intervals_leave_out_replicates_without_a_denominator():
     """Replicate rates are sum / denominator; a replicate whose draw holds no item of the metric
     (denominator 0) has no rate and does not count in n_boot. Worked by hand: column 0 has the
     rates 1/2, -, 1/4, 1/1; column 1 has none."""
-    from benchmark_illusion.metrics.bootstrap import _intervals
+    from benchmark_illusion.metrics.bootstrap import replicate_intervals
 
     sums = np.array([[1.0, 0.0], [0.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     counts = np.array([[2.0, 0.0], [0.0, 0.0], [4.0, 0.0], [1.0, 0.0]])
-    n_boot, lo, hi = _intervals(sums, counts, (0.0, 1.0))
+    n_boot, lo, hi = replicate_intervals(sums, counts, (0.0, 1.0))
     assert n_boot.tolist() == [3, 0]
     assert (lo[0], hi[0]) == (0.25, 1.0) and np.isnan(lo[1]) and np.isnan(hi[1])
     # the median of 1/4, 1/2, 1 is 1/2
-    assert _intervals(sums, counts, (0.5, 0.5))[1][0] == 0.5
+    assert replicate_intervals(sums, counts, (0.5, 0.5))[1][0] == 0.5

@@ -288,8 +288,8 @@ def test_the_judge_reads_the_real_models_answers_and_the_options_are_answers(smo
     row re-judged from its output gives its logged verdicts, no span option starts or ends with
     a function word, and the database carries the options' table and the MC-only bounds."""
     from benchmark_illusion.evaluation.decoding import judge_row
-    from benchmark_illusion.evaluation.language import function_edge
     from benchmark_illusion.evaluation.settings import EvalSettings
+    from benchmark_illusion.language import function_edge
 
     work, _ = smoke_run
     gen = pl.concat(
@@ -443,11 +443,8 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from benchmark_illusion.compression.pruning.layerwise import (
-        PruneSettings,
-        decoder_layers,
-        prune_model,
-    )
+    from benchmark_illusion.compression.blockwise import decoder_layers
+    from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
     from benchmark_illusion.compression.quantization import QuantizeSettings, quantize_model
     from benchmark_illusion.concepts import activations as concepts
     from benchmark_illusion.config import params as rule_params

@@ -10,6 +10,7 @@ import torch
 
 from benchmark_illusion.evaluation import engine, generation
 from conftest import make_tiny_model
+from engine_helpers import left_pad, score_continuations
 
 PAD = 2
 
@@ -46,7 +47,7 @@ def test_mc_scores_equal_one_forward_per_option():
         [torch.randint(3, 200, (n,), generator=g).tolist() for n in (1, 3, 2, 5)] for _ in prompts
     ]
     state = engine.prefill(model, prompts, PAD)
-    got = engine.score_continuations(model, state, conts, PAD)
+    got = score_continuations(model, state, conts, PAD)
     for b, p in enumerate(prompts):
         for k, c in enumerate(conts[b]):
             assert abs(got[b][k] - naive_logprob(model, p, c)) < 1e-4, (b, k)
@@ -78,7 +79,7 @@ def test_scoring_leaves_prefill_cache_usable_for_greedy():
     model = make_tiny_model(200)
     prompts = _prompts()
     state = engine.prefill(model, prompts, PAD)
-    engine.score_continuations(model, state, [[[7, 8, 9], [10]] for _ in prompts], PAD)
+    score_continuations(model, state, [[[7, 8, 9], [10]] for _ in prompts], PAD)
     stop = generation.StopRule(
         frozenset(), torch.zeros(200, dtype=torch.bool), torch.ones(200, dtype=torch.bool)
     )
@@ -273,7 +274,7 @@ def test_pad_batch_left_and_right():
     assert ids.tolist() == [[5, 6, 7], [8, 9, 9], [9, 9, 9]]
     assert mask.tolist() == [[1, 1, 1], [1, 0, 0], [0, 0, 0]]
     assert ids.dtype == mask.dtype == torch.long
-    left = engine.left_pad(seqs, 9, "cpu")
+    left = left_pad(seqs, 9, "cpu")
     assert all(
         torch.equal(a, b) for a, b in zip(left, engine.pad_batch(seqs, 9, "cpu"), strict=True)
     )
@@ -315,7 +316,7 @@ def test_prefill_with_a_shared_head_reads_like_each_prompt_alone():
     assert torch.equal(shared.next_pos, plain.next_pos)
     assert torch.allclose(shared.last_logits, plain.last_logits, atol=1e-5)
     conts = [[[7, 8, 9], [10]] for _ in prompts]
-    got = engine.score_continuations(model, shared, conts, PAD)
+    got = score_continuations(model, shared, conts, PAD)
     for b, p in enumerate(prompts):
         for k, c in enumerate(conts[b]):
             assert abs(got[b][k] - naive_logprob(model, p, c)) < 1e-4, (b, k)

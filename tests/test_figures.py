@@ -186,7 +186,7 @@ def test_figures_with_every_item_decoded(tmp_path):
 
 def test_quantized_checkpoints_are_drawn_by_size_and_kept_out_of_the_sparsity_figures(tmp_path):
     from benchmark_illusion.metrics.aggregate import connect
-    from benchmark_illusion.metrics.figures.common import _methods
+    from benchmark_illusion.metrics.figures.common import pruning_methods
 
     grid = [
         ("wanda", "unstructured", 0.5),
@@ -200,7 +200,7 @@ def test_quantized_checkpoints_are_drawn_by_size_and_kept_out_of_the_sparsity_fi
     acc = con.sql("SELECT * FROM accuracy").pl()
     size = con.sql("SELECT method, structure, weight_bits FROM checkpoints ORDER BY 1, 2").pl()
     con.close()
-    assert _methods(acc) == ["wanda"]  # no rtn/gptq panel or line at 'sparsity 0'
+    assert pruning_methods(acc) == ["wanda"]  # no rtn/gptq panel or line at 'sparsity 0'
     assert size.filter(pl.col("method") == "gptq")["weight_bits"].to_list() == [
         3 + 19 / 128,
         4 + 20 / 128,

@@ -13,9 +13,9 @@ import pytest
 from benchmark_illusion.data.answers import is_numeric, overlaps
 from benchmark_illusion.data.items import build_items, validate_rows
 from benchmark_illusion.data.loaders import load_raw
-from benchmark_illusion.data.spans import _kind, split_sentences
-from benchmark_illusion.evaluation.language import word_breaks
-from benchmark_illusion.evaluation.text import tokenize
+from benchmark_illusion.data.spans import split_sentences, text_kind
+from benchmark_illusion.language import word_breaks
+from benchmark_illusion.textnorm import tokenize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -733,7 +733,7 @@ def test_item_without_three_distractors_of_its_kind_is_dropped_with_its_reason(t
     ],
 )
 def test_kind_of_answers_in_several_scripts(text, kind):
-    assert _kind(text) == kind
+    assert text_kind(text) == kind
 
 
 SCRIPT_CASES = [
@@ -784,13 +784,15 @@ def test_distractors_are_of_the_gold_kind_in_several_scripts(lang, ctx, question
         row(f"{lang}-1", lang, ctx, question, [gold]),
         row(f"{lang}-2", lang, ctx, "?", [other]),
     ]
-    assert _kind(other) != _kind(gold)
+    assert text_kind(other) != text_kind(gold)
     for seed in range(3):
         items, _ = build_items(frame(rows), seed=seed)
         item = by_id(items)[f"{lang}-1"]
         assert_passage_item(item)
         assert other not in item["options"]
-        assert all(_kind(d) == _kind(gold) for d in distractors_of(item)), distractors_of(item)
+        assert all(text_kind(d) == text_kind(gold) for d in distractors_of(item)), distractors_of(
+            item
+        )
 
 
 def test_unknown_distractor_mode_is_refused():
@@ -812,7 +814,7 @@ def test_sample_set_options_all_occur_in_their_passage(lang):
     for item in items.to_dicts():
         assert_passage_item(item)
         assert set(item["distractor_sources"]) <= {"answer", "span"}
-        assert len({_kind(o) for o in item["options"]}) == 1, item["options"]
+        assert len({text_kind(o) for o in item["options"]}) == 1, item["options"]
 
 
 # --- the length window and the order at equal distance (docs/design.md, Items) ------------------
@@ -826,13 +828,13 @@ def _window(n_tokens):
 
 
 def test_length_range_is_half_to_one_and_a_half_times_the_gold():
-    from benchmark_illusion.data.spans import _length_range
+    from benchmark_illusion.data.spans import length_range
 
     for n in range(0, 12):
-        got = _length_range(n)
+        got = length_range(n)
         assert got == _window(n) and all(type(x) is int for x in got), (n, got)
     # hand-worked: 1 -> [1, 1], 3 -> [2, 4] (1.5 rounds up, 4.5 down), 4 -> [2, 6]
-    assert (_length_range(1), _length_range(3), _length_range(4)) == ((1, 1), (2, 4), (2, 6))
+    assert (length_range(1), length_range(3), length_range(4)) == ((1, 1), (2, 4), (2, 6))
 
 
 # Numbers written with apostrophes as thousands separators ("5'000'000") are one word of the
@@ -943,10 +945,10 @@ def test_numeric_at_its_edges():
 
 
 def test_kind_of_texts_without_letters_or_digits_and_of_titlecase_letters():
-    """_kind: a text without any letter or digit is 'other'; a titlecase letter (the Latin
+    """text_kind: a text without any letter or digit is 'other'; a titlecase letter (the Latin
     digraph ǅ, neither upper nor lower case) starts an 'upper' text like a capital."""
-    assert _kind("") == "other" and _kind("…!") == "other"
-    assert _kind("ǅakovo") == "upper" and _kind("džakovo") == "other"
+    assert text_kind("") == "other" and text_kind("…!") == "other"
+    assert text_kind("ǅakovo") == "upper" and text_kind("džakovo") == "other"
 
 
 def test_numeric_reads_english_by_default():
@@ -975,7 +977,7 @@ def test_no_distractor_touches_or_shares_the_golds_place():
 
 @pytest.mark.parametrize("lang", ["en", "de", "es"])
 def test_no_span_of_the_sample_set_is_a_function_word_phrase_or_a_name_fragment(lang):
-    from benchmark_illusion.evaluation.language import function_edge
+    from benchmark_illusion.language import function_edge
 
     df, _ = validate_rows(
         load_raw(

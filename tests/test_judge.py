@@ -1,5 +1,5 @@
-"""Tests for benchmark_illusion.evaluation.text, judge and candidates: normalisation, tokens,
-metrics and the echo and length rules."""
+"""Tests for benchmark_illusion.textnorm, evaluation.text, judge and candidates: normalisation,
+tokens, metrics and the echo and length rules."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 from benchmark_illusion.evaluation.candidates import judge_candidates, option_label
 from benchmark_illusion.evaluation.judge import (
+    JudgeLimits,
     Judgement,
     contains,
     exact_match,
@@ -20,7 +21,8 @@ from benchmark_illusion.evaluation.judge import (
     sentence_count,
     token_f1,
 )
-from benchmark_illusion.evaluation.text import first_line, normalize, tokenize
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import normalize, tokenize
 
 Q_FR = "What is the capital of France?"
 PASSAGE_FR = (
@@ -184,7 +186,7 @@ def test_length_limit_boundary():
     assert len(tokenize(nine, "en")) == 9
     assert not judge(nine, ["New York"], "en").too_long
     assert judge("z " + nine, ["New York"], "en").too_long
-    assert judge("z " + nine, ["New York"], "en", max_length_slack=4).correct
+    assert judge("z " + nine, ["New York"], "en", limits=JudgeLimits(max_length_slack=4)).correct
 
 
 def test_too_long_uses_the_contained_gold_not_the_longest():
@@ -981,13 +983,19 @@ def test_sentence_slack_bounds_the_length():
         "It is Brennick, the nearest town by the lake.",
     )
     # question 7 tokens + gold 1 + slack; the answer has 7 (articles dropped)
-    assert judge(a, ["Brennick"], "en", question=q, sentence_slack=0).correct_sentence
+    assert judge(
+        a, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=0)
+    ).correct_sentence
     long = "It is the little market town of Brennick by the lake of Varrow in the hills."
-    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=4).sentence_too_long
-    assert judge(long, ["Brennick"], "en", question=q, sentence_slack=20).correct_sentence
+    assert judge(
+        long, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=4)
+    ).sentence_too_long
+    assert judge(
+        long, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=20)
+    ).correct_sentence
     # what follows the clause that states the gold adds to the answer and is not counted
     more = "It is Brennick, the nearest little market town by the lake of Varrow in the hills."
-    v = judge(more, ["Brennick"], "en", question=q, sentence_slack=4)
+    v = judge(more, ["Brennick"], "en", question=q, limits=JudgeLimits(sentence_slack=4))
     assert v.correct_sentence and not v.sentence_too_long
 
 
@@ -1094,14 +1102,14 @@ def test_an_option_without_tokens_is_never_a_repeat():
 
 
 def test_a_single_copy_of_a_gold_is_not_a_repeat():
-    """`_is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
-    from benchmark_illusion.evaluation.judge import _is_repeat
+    """`is_repeat` (module docstring, repeat): two or more copies, and nothing else."""
+    from benchmark_illusion.evaluation.judge import is_repeat
 
     gold = ["new", "york"]
-    assert not _is_repeat(gold, gold)
-    assert _is_repeat(gold * 2, gold) and _is_repeat(gold * 3, gold)
-    assert not _is_repeat(gold * 2 + ["city"], gold) and not _is_repeat(["new"] * 4, gold)
-    assert not _is_repeat(gold, [])
+    assert not is_repeat(gold, gold)
+    assert is_repeat(gold * 2, gold) and is_repeat(gold * 3, gold)
+    assert not is_repeat(gold * 2 + ["city"], gold) and not is_repeat(["new"] * 4, gold)
+    assert not is_repeat(gold, [])
 
 
 def test_without_a_question_or_a_passage_no_echo_rule_applies():
@@ -1109,7 +1117,7 @@ def test_without_a_question_or_a_passage_no_echo_rule_applies():
     whatever the words (a placeholder gold here) and however tight the length limit."""
     j = judge("Xxxx xxxx xxxx", ["xxxx"], "en")
     assert j.contains and not j.echo
-    j = judge("Xxxx", ["xxxx"], "en", max_length_factor=0.5, max_length_slack=0)
+    j = judge("Xxxx", ["xxxx"], "en", limits=JudgeLimits(max_length_factor=0.5, max_length_slack=0))
     assert j.too_long and not j.echo
 
 
@@ -1125,9 +1133,10 @@ def test_judge_defaults_are_the_documented_ones():
             if p.default is not inspect.Parameter.empty
         }
 
-    common = {"question": "", "passage": "", "max_length_factor": 3.0, "max_length_slack": 3}
-    assert defaults(judge) == {**common, "options": None, "sentence_slack": 4, "rivals": None}
-    assert defaults(judge_candidates) == {**common, "letters": True, "sentence_slack": 4}
+    common = {"question": "", "passage": "", "limits": JudgeLimits()}
+    assert defaults(judge) == {**common, "options": None, "rivals": None}
+    assert defaults(judge_candidates) == {**common, "letters": True}
+    assert JudgeLimits() == JudgeLimits(max_length_factor=3.0, max_length_slack=3, sentence_slack=4)
 
 
 # --- which gold sets the limits, and the sentence verdict at its boundaries ----------------------

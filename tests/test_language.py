@@ -1,4 +1,4 @@
-"""The judge's and the distractors' language resources (evaluation/language.py), on real text in
+"""The judge's and the distractors' language resources (language.py), on real text in
 several scripts: token positions, number words, stems, word breaks, function words and the
 negation / alternative cues."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchmark_illusion.evaluation import language
+from benchmark_illusion import language
 from benchmark_illusion.evaluation.judge import judge
-from benchmark_illusion.evaluation.text import tokenize
+from benchmark_illusion.textnorm import tokenize
 
 LINES = [
     ("en", "It is not Paris, but the U.S. capital, 1,500 km away."),

@@ -705,7 +705,7 @@ def test_a_twin_of_a_real_pruned_checkpoint_matches_it_and_evaluates(bundled_mod
 def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
     import duckdb as db_
 
-    from benchmark_illusion.metrics.figures.common import _methods
+    from benchmark_illusion.metrics.figures.common import pruning_methods
     from benchmark_illusion.metrics.figures.make import make_figures
     from test_figures import assert_pngs, database
 
@@ -720,7 +720,7 @@ def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
     path = database(tmp_path, grid)
     con = db_.connect(str(path), read_only=True)
     mc = con.sql("SELECT * FROM mc_only").pl()
-    assert _methods(mc) == ["wanda"]
+    assert pruning_methods(mc) == ["wanda"]
     floor = mc.filter((pl.col("method") == "wanda") & (pl.col("lang") == "all")).sort("sparsity")
     assert floor["perturbation_floor"].to_list() == pytest.approx([1 / 6, 2 / 6])
     con.close()

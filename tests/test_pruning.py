@@ -8,16 +8,20 @@ import pytest
 import torch
 from torch import nn
 
+from benchmark_illusion.compression.blockwise import (
+    Hessian,
+    decoder_layers,
+    float64_device,
+    inverse_hessian_factor,
+)
 from benchmark_illusion.compression.pruning.layerwise import (
     PruneSettings,
     check_report,
-    decoder_layers,
     prune_model,
 )
 from benchmark_illusion.compression.pruning.magnitude import magnitude_mask
 from benchmark_illusion.compression.pruning.masks import (
     Structure,
-    float64_device,
     lowest_n_of_m,
     lowest_per_matrix,
     lowest_per_row,
@@ -25,11 +29,7 @@ from benchmark_illusion.compression.pruning.masks import (
     nm_violations,
     parse_structure,
 )
-from benchmark_illusion.compression.pruning.sparsegpt import (
-    Hessian,
-    inverse_hessian_factor,
-    sparsegpt_prune,
-)
+from benchmark_illusion.compression.pruning.sparsegpt import sparsegpt_prune
 from benchmark_illusion.compression.pruning.wanda import InputNorms, wanda_mask, wanda_scores
 from conftest import make_tiny_model, real_layer_inputs
 
@@ -404,7 +404,7 @@ def test_wanda_ranks_by_norms_that_differ_beyond_float32():
 
 def test_the_inverse_hessian_factor_is_the_same_at_one_and_two_threads():
     """LAPACK's blocked Cholesky factor differs in its last bits between 1 and 2 threads, in
-    float64 too (MKL, from 64 inputs on): sparsegpt.inverse_hessian_factor factorizes at one
+    float64 too (MKL, from 64 inputs on): blockwise.inverse_hessian_factor factorizes at one
     thread on the CPU, then gives the caller's thread count back."""
     x = torch.randn(512, 128, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     h = x.T @ x

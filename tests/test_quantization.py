@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmark_illusion.compression.pruning.sparsegpt import Hessian
+from benchmark_illusion.compression.blockwise import Hessian
 from benchmark_illusion.compression.quantization import (
     Grid,
     QuantizeSettings,

@@ -28,8 +28,9 @@ import sys
 from pathlib import Path
 
 from benchmark_illusion.evaluation.candidates import LABEL_LETTERS, judge_candidates
-from benchmark_illusion.evaluation.judge import judge
-from benchmark_illusion.evaluation.text import first_line, tokenize
+from benchmark_illusion.evaluation.judge import JudgeLimits, judge
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import tokenize
 
 DEFAULT_DB = "results/illusion.duckdb"
 
@@ -165,9 +166,7 @@ def _judge_command(args, parser: argparse.ArgumentParser) -> int:
     common = dict(
         question=args.question,
         passage=args.passage,
-        max_length_factor=args.max_length_factor,
-        max_length_slack=args.max_length_slack,
-        sentence_slack=args.sentence_slack,
+        limits=JudgeLimits(args.max_length_factor, args.max_length_slack, args.sentence_slack),
     )
     result: dict = {"format": args.format, "lang": args.lang}
     if args.format == "candidates":

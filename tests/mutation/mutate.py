@@ -30,27 +30,28 @@ EQUIVALENT = Path(__file__).with_name("equivalent.md")
 
 # Functions whose mutants are run (mutmut names: module.x_function, module.xǁClassǁmethod).
 SCOPE = [
-    # judge: containment (text.py), matches (numbers, inflection, whole entities), echo (question
-    # copy, question share, passage copy), length limits, hedge, repeat, F1, naming an option,
-    # the sentence-tolerant verdict
+    # judge: containment (textnorm.py), matches (numbers, inflection, whole entities), echo
+    # (question copy, question share, passage copy), length limits, hedge, repeat, F1, naming an
+    # option, the sentence-tolerant verdict
+    "benchmark_illusion.evaluation.text.x_first_line__mutmut_*",
     *(
-        f"benchmark_illusion.evaluation.text.x_{f}__mutmut_*"
-        for f in ("first_line", "find_token_runs", "contains_tokens")
+        f"benchmark_illusion.textnorm.x_{f}__mutmut_*"
+        for f in ("find_token_runs", "contains_tokens")
     ),
     *(
         f"benchmark_illusion.evaluation.judge.x_{f}__mutmut_*"
         for f in (
             "named_phrases",
             "_inside_gold",
-            "_answered",
-            "_is_repeat",
+            "answered_options",
+            "is_repeat",
             "_f1",
             "exact_match",
             "token_f1",
             "contains",
             "_question_echo",
             "_passage_copy",
-            "_read",
+            "read_scores",
             "gold_matches",
             "whole_entity",
             "_clause_end",
@@ -60,12 +61,13 @@ SCOPE = [
             "_sentence_flags",
             "_hedge_and_named",
             "judge",
-            "_sentence_verdict",
+            "sentence_verdict",
+            "judgement",
         )
     ),
     # the judge's language rules: negation and alternatives, stems, numbers, function words
     *(
-        f"benchmark_illusion.evaluation.language.x_{f}__mutmut_*"
+        f"benchmark_illusion.language.x_{f}__mutmut_*"
         for f in (
             "negated_at",
             "alternative_at",
@@ -76,22 +78,34 @@ SCOPE = [
             "function_edge",
         )
     ),
-    # pruning: every mask and SparseGPT
+    # pruning: every mask and SparseGPT, with the Hessian, its inverse factor and the float64
+    # device they share with GPTQ (blockwise.py)
     "benchmark_illusion.compression.pruning.masks.*",
     "benchmark_illusion.compression.pruning.sparsegpt.*",
+    *(
+        f"benchmark_illusion.compression.blockwise.x_{f}__mutmut_*"
+        for f in ("float64_device", "one_thread_on_cpu", "inverse_hessian_factor")
+    ),
+    "benchmark_illusion.compression.blockwise.xǁHessianǁ*",
     # items: kinds and overlaps (answers.py), the length window (spans.py), the distractor order
     # and its rejections (distractors.py)
     *(
         f"benchmark_illusion.data.answers.x_{f}__mutmut_*"
-        for f in ("_is_numeric_tokens", "is_numeric", "_overlap_tokens", "overlaps")
+        for f in ("is_numeric_tokens", "is_numeric", "overlap_tokens", "overlaps")
     ),
-    *(f"benchmark_illusion.data.spans.x_{f}__mutmut_*" for f in ("_kind", "_length_range")),
-    "benchmark_illusion.data.distractors.x__choose_passage_distractors__mutmut_*",
+    *(f"benchmark_illusion.data.spans.x_{f}__mutmut_*" for f in ("text_kind", "length_range")),
+    "benchmark_illusion.data.distractors.x_choose_passage_distractors__mutmut_*",
     "benchmark_illusion.data.distractors.xǁ_Pickedǁconsider__mutmut_*",
     # bootstrap: the draws, their counts, the quantiles and the intervals of the replicates
     *(
         f"benchmark_illusion.metrics.bootstrap.x_{f}__mutmut_*"
-        for f in ("row_quantiles", "_intervals", "draws", "draw_counts", "benchmark_counts")
+        for f in (
+            "row_quantiles",
+            "replicate_intervals",
+            "draws",
+            "draw_counts",
+            "benchmark_counts",
+        )
     ),
     # aggregation helpers around the SQL files
     *(

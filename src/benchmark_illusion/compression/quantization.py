@@ -9,8 +9,8 @@ row, per channel) with b bits has 2^b levels, maxq = 2^b - 1:
   q = clamp(round(w / scale) + zero, 0, maxq),    w' = scale (q - zero).
 RTN applies it to every group of the weight as it is. GPTQ quantizes the columns left to right
 and spreads each column's error over the columns not yet quantized with the inverse Hessian of
-the calibration inputs (H = 2 X X^T / n, the SparseGPT machinery: `sparsegpt.Hessian`,
-`sparsegpt.inverse_hessian_factor`), in blocks of `blocksize` columns with lazy updates of the
+the calibration inputs (H = 2 X X^T / n, the SparseGPT machinery: `blockwise.Hessian`,
+`blockwise.inverse_hessian_factor`), in blocks of `blocksize` columns with lazy updates of the
 rest. A group's grid is fixed when its first column is reached, from the weights as updated so
 far; with `act_order` the columns go in order of decreasing H_jj and every group's grid is fixed
 up front from the original weights (static groups; `static_groups` alone does only that, which
@@ -21,7 +21,7 @@ bits depend on the thread count and the CPU, and flip roundings that the updates
 RTN in float32, which is exact enough for it: it sums nothing.
 
 `quantize_model` applies either to every Linear of the decoder blocks, block by block
-(`pruning.layerwise.compress_blockwise`, the walker pruning uses: GPTQ's Hessians of block i
+(`blockwise.compress_blockwise`, the walker pruning uses: GPTQ's Hessians of block i
 come from the inputs that the quantized blocks 0..i-1 produce); embeddings and lm_head stay as
 they are. A grid is named in paths and logs by its structure string, e.g. int4-g128.
 """
@@ -34,9 +34,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from benchmark_illusion.compression.pruning.layerwise import compress_blockwise
-from benchmark_illusion.compression.pruning.masks import float64_device
-from benchmark_illusion.compression.pruning.sparsegpt import Hessian, inverse_hessian_factor
+from benchmark_illusion.compression.blockwise import (
+    Hessian,
+    compress_blockwise,
+    float64_device,
+    inverse_hessian_factor,
+)
 from benchmark_illusion.compression.structures import METHODS, Grid
 
 
@@ -95,7 +98,7 @@ def gptq(
 ) -> torch.Tensor:
     """GPTQ of one Linear weight [out, in] given the Hessian h [in, in] of its inputs; returns the
     dequantized weight in weight's dtype and on its device, computed in float64 (module
-    docstring) on `pruning.masks.float64_device`.
+    docstring) on `blockwise.float64_device`.
 
     static_groups: fix every group's grid up front from the original weights (as act_order
     does, and as llm-compressor does) instead of when the group's first column is reached."""

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from benchmark_illusion.compression.pruning.layerwise import decoder_layers
+from benchmark_illusion.compression.blockwise import decoder_layers
 from benchmark_illusion.concepts.sae import SAEError, parse_hook
 from benchmark_illusion.evaluation.engine import pad_batch
 

@@ -3,14 +3,14 @@ normalisation (equal, or one's judge tokens a contiguous run of the other's)."""
 
 from __future__ import annotations
 
-from benchmark_illusion.evaluation.text import contains_tokens, normalize, tokenize
+from benchmark_illusion.textnorm import contains_tokens, normalize, tokenize
 
 # "Mostly digits": two thirds keeps "1887年" and "2008年8月" (Chinese/Japanese dates)
 # numeric while "May 1887" and "42 km" stay text.
 _NUMERIC_SHARE = 2 / 3
 
 
-def _is_numeric_tokens(norm: str) -> bool:
+def is_numeric_tokens(norm: str) -> bool:
     chars = norm.replace(" ", "")
     digits = sum(ch.isdigit() for ch in chars)
     return digits > 0 and digits >= _NUMERIC_SHARE * len(chars)
@@ -23,10 +23,10 @@ def is_numeric(answer: str, lang: str = "en") -> bool:
     "1887年", "2008年8月" and "٤٢" (any Unicode decimal digit); "May 1887", "42 km" and
     "5 km" do not.
     """
-    return _is_numeric_tokens(normalize(answer, lang))
+    return is_numeric_tokens(normalize(answer, lang))
 
 
-def _overlap_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[str]) -> bool:
+def overlap_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[str]) -> bool:
     a, b = list(a), list(b)
     return a == b or contains_tokens(a, b) or contains_tokens(b, a)
 
@@ -38,14 +38,14 @@ def overlaps(a: str, b: str, lang: str) -> bool:
     "Tesla" and "Tesla Electric Light & Manufacturing" overlap; "5" and "1500" do not.
     Two texts without tokens are equal and so overlap; one empty text overlaps nothing else.
     """
-    return _overlap_tokens(tokenize(a, lang), tokenize(b, lang))
+    return overlap_tokens(tokenize(a, lang), tokenize(b, lang))
 
 
-def _touch_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[str]) -> bool:
+def touch_tokens(a: tuple[str, ...] | list[str], b: tuple[str, ...] | list[str]) -> bool:
     """Whether a and b overlap after normalisation, or one ends with the other's start ("of
     grey" and "grey stone", "Bergführer Josef" and "Josef Anger"): a distractor that shares an
     edge with the gold is part of the gold's phrase, not another answer."""
     a, b = list(a), list(b)
-    if _overlap_tokens(a, b):
+    if overlap_tokens(a, b):
         return True
     return any(a[-k:] == b[:k] or b[-k:] == a[:k] for k in range(1, min(len(a), len(b))))

@@ -7,9 +7,9 @@ import hashlib
 
 import numpy as np
 
-from benchmark_illusion.data.answers import _is_numeric_tokens, _overlap_tokens, _touch_tokens
-from benchmark_illusion.data.spans import _kind, _length_range, _Passage
-from benchmark_illusion.evaluation.text import contains_tokens, tokenize
+from benchmark_illusion.data.answers import is_numeric_tokens, overlap_tokens, touch_tokens
+from benchmark_illusion.data.spans import PassageSpans, length_range, text_kind
+from benchmark_illusion.textnorm import contains_tokens, tokenize
 
 # ---------------------------------------------------------------------------
 # Keyed randomness
@@ -18,14 +18,14 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _stable_u64(*parts: str) -> int:
+def stable_u64(*parts: str) -> int:
     """A 64-bit hash of the parts, identical across processes and Python versions."""
     data = "\x1f".join(parts).encode("utf-8")
     return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
 
 
-def _item_key(seed: int, item_id: str) -> int:
-    return _stable_u64("item-key", str(seed), item_id)
+def item_key(seed: int, item_id: str) -> int:
+    return stable_u64("item-key", str(seed), item_id)
 
 
 def _keyed_mix(hashes: np.ndarray, key: int) -> np.ndarray:
@@ -36,7 +36,7 @@ def _keyed_mix(hashes: np.ndarray, key: int) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
-def _keyed_rank(hashes: np.ndarray, key: int) -> np.ndarray:
+def keyed_rank(hashes: np.ndarray, key: int) -> np.ndarray:
     """Indices of `hashes` in a pseudo-random order determined by `key` alone per element.
 
     Each element's sort key depends only on its own hash and `key` (splitmix64
@@ -45,17 +45,17 @@ def _keyed_rank(hashes: np.ndarray, key: int) -> np.ndarray:
     return np.argsort(_keyed_mix(hashes, key), kind="stable")
 
 
-class _Pool:
+class AnswerPool:
     """The unique first answers of one language, with their tokens, kind and hash."""
 
     def __init__(self, texts: list[str], lang: str):
         self.texts = sorted(set(texts))
         self.tokens = [tuple(tokenize(t, lang)) for t in self.texts]
-        numeric = np.array([_is_numeric_tokens(" ".join(t)) for t in self.tokens], dtype=bool)
-        self.hashes = np.array([_stable_u64("answer", t) for t in self.texts], dtype=np.uint64)
+        numeric = np.array([is_numeric_tokens(" ".join(t)) for t in self.tokens], dtype=bool)
+        self.hashes = np.array([stable_u64("answer", t) for t in self.texts], dtype=np.uint64)
         self.by_kind = {True: np.flatnonzero(numeric), False: np.flatnonzero(~numeric)}
         # 'passage' mode: the span kind of each text (digit / upper / other).
-        self.span_kinds = [_kind(t) for t in self.texts]
+        self.span_kinds = [text_kind(t) for t in self.texts]
 
 
 # ---------------------------------------------------------------------------
@@ -65,7 +65,7 @@ class _Pool:
 class _Picked:
     """The distractors chosen so far, and the rule both modes share for the next candidate:
     a text is considered once, and rejected when it has no tokens, overlaps a chosen distractor
-    (`_overlap_tokens`), overlaps or touches a gold (`_touch_tokens`: "of grey" beside the gold
+    (`overlap_tokens`), overlaps or touches a gold (`touch_tokens`: "of grey" beside the gold
     "grey stone"), or fails the mode's extra check `also` (called last, so it
     may record the accepted text)."""
 
@@ -80,9 +80,9 @@ class _Picked:
         if text in self._seen:
             return
         self._seen.add(text)
-        if not tokens or any(_overlap_tokens(tokens, t) for t in self._tokens):
+        if not tokens or any(overlap_tokens(tokens, t) for t in self._tokens):
             return
-        if any(_touch_tokens(tokens, g) for g in self.golds):
+        if any(touch_tokens(tokens, g) for g in self.golds):
             return
         if self.also is not None and not self.also(text):
             return
@@ -91,10 +91,10 @@ class _Picked:
         self.sources.append(source)
 
 
-def _choose_distractors(
+def choose_distractors(
     golds: list[tuple[str, ...]],
     passage_texts: list[str],
-    pool: _Pool,
+    pool: AnswerPool,
     numeric: bool,
     key: int,
     n: int,
@@ -111,8 +111,8 @@ def _choose_distractors(
     chosen, sources, consider = picked.texts, picked.sources, picked.consider
 
     if passage_texts:
-        hashes = np.array([_stable_u64("answer", t) for t in passage_texts], dtype=np.uint64)
-        for i in _keyed_rank(hashes, key):
+        hashes = np.array([stable_u64("answer", t) for t in passage_texts], dtype=np.uint64)
+        for i in keyed_rank(hashes, key):
             if len(chosen) == n:
                 break
             consider(passage_texts[i], tuple(tokenize(passage_texts[i], lang)), "answer")
@@ -120,52 +120,52 @@ def _choose_distractors(
         idx = pool.by_kind[kind]
         if len(chosen) == n or len(idx) == 0:
             continue
-        for j in idx[_keyed_rank(pool.hashes[idx], key)]:
+        for j in idx[keyed_rank(pool.hashes[idx], key)]:
             if len(chosen) == n:
                 break
             consider(pool.texts[j], pool.tokens[j], "other_passage")
     return chosen, sources
 
 
-def _choose_passage_distractors(
+def choose_passage_distractors(
     gold: str,
     golds: list[tuple[str, ...]],
     passage_texts: list[str],
-    passage: _Passage,
-    pool: _Pool,
+    passage: PassageSpans,
+    pool: AnswerPool,
     key: int,
     n: int,
     gold_texts: list[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """'passage' mode: up to n distractors that occur verbatim in the passage.
 
-    Every source keeps only candidates of the gold's kind (`_kind`), so that no option
+    Every source keeps only candidates of the gold's kind (`text_kind`), so that no option
     differs from the others by being a number, a name or neither, which a question's
     wording often gives away. In order: (1) `passage_texts` (the first answers of the
     other questions on this passage), keyed random order; (2) first answers of other
     questions of the language that occur in this passage (verbatim and as a run of its
-    judge tokens) and (3) spans of the passage (`_Passage`), both also only with between
-    half and one and a half times the gold's judge-token count (`_length_range`), ordered
+    judge tokens) and (3) spans of the passage (`PassageSpans`), both also only with between
+    half and one and a half times the gold's judge-token count (`length_range`), ordered
     by the distance of their token count from the gold's, shorter before longer at the
     same distance, then keyed random order (spans: name-like 'upper' spans before the
-    others, see `_Passage`, then that order). (1) has no length window: those answers are
+    others, see `PassageSpans`, then that order). (1) has no length window: those answers are
     answer-shaped phrases chosen by annotators, their length is no cue (on XQuAD a
     "longest" or "shortest option" guess is right about a quarter of the time), and a
     window would replace many of them with spans, which are weaker distractors; the
     window is what makes an enumerated span or a found answer answer-sized. A candidate
     is rejected when it has no tokens, does not occur in the passage, is equal to,
     contains or is contained in any gold or chosen distractor after normalisation
-    (`_overlap_tokens`), shares an edge with a gold ("of grey" beside "grey stone",
-    `_touch_tokens`), or shares characters of the passage with a gold (`gold_texts`, every
+    (`overlap_tokens`), shares an edge with a gold ("of grey" beside "grey stone",
+    `touch_tokens`), or shares characters of the passage with a gold (`gold_texts`, every
     answer of the item) or a chosen distractor (any occurrence of either). Spans (3) are also
     never cut inside a word, never start or end with a function word and are never a fragment
-    of a longer name (`_Passage.spans`); answers found in the passage (2) are not cut inside a
+    of a longer name (`PassageSpans.spans`); answers found in the passage (2) are not cut inside a
     word either. Returns (texts, sources): 'answer'
     for (1) and (2), 'span' for (3).
     """
     n_gold = len(tokenize(gold, passage.lang))
-    lo, hi = _length_range(n_gold)
-    kind = _kind(gold)
+    lo, hi = length_range(n_gold)
+    kind = text_kind(gold)
     # the characters of every gold's occurrence: no distractor may share them
     used: list[tuple[int, int]] = [w for g in gold_texts or [gold] for w in passage.occurrences(g)]
 
@@ -190,13 +190,13 @@ def _choose_passage_distractors(
         return np.lexsort(keys)
 
     if passage_texts:
-        hashes = np.array([_stable_u64("answer", t) for t in passage_texts], dtype=np.uint64)
-        for i in _keyed_rank(hashes, key):
+        hashes = np.array([stable_u64("answer", t) for t in passage_texts], dtype=np.uint64)
+        for i in keyed_rank(hashes, key):
             if len(chosen) == n:
                 return chosen, sources
             text = passage_texts[i]
             # Of the gold's kind, as (2) and (3), but of any length: see the docstring.
-            if _kind(text) == kind:
+            if text_kind(text) == kind:
                 consider(text, tuple(tokenize(text, passage.lang)), "answer")
 
     if len(chosen) < n:
@@ -222,7 +222,7 @@ def _choose_passage_distractors(
     if len(chosen) < n:
         spans = passage.spans(lo, hi, kind)
         if spans:
-            hashes = np.array([_stable_u64("answer", t) for t, _, _ in spans], dtype=np.uint64)
+            hashes = np.array([stable_u64("answer", t) for t, _, _ in spans], dtype=np.uint64)
             for k in ordered(
                 [len(toks) for _, toks, _ in spans], hashes, [weak for _, _, weak in spans]
             ):

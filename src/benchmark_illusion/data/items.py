@@ -11,9 +11,9 @@ Distractors (`build_items(..., distractors=...)`, config `items.distractors`):
     the first answers of the other questions on the same passage; the first answers of
     other questions of the language that occur in this passage (verbatim, on judge-token
     boundaries); then spans of the passage. Every source keeps only candidates of the
-    gold's kind (number / capitalised / other, `_kind`), so no option stands out as the
+    gold's kind (number / capitalised / other, `text_kind`), so no option stands out as the
     only number or the only name; the last two also only of the gold's length
-    (`_length_range`; see `_Passage` and `_choose_passage_distractors`);
+    (`length_range`; see `PassageSpans` and `choose_passage_distractors`);
   * 'other_answers' (the behaviour before 'passage' existed, kept exactly): the first
     answers of the other questions on the same passage, then first answers of other items
     of the language, same kind (numeric or text) first.
@@ -43,18 +43,18 @@ import random
 import numpy as np
 import polars as pl
 
+from benchmark_illusion import language
 from benchmark_illusion.data.answers import is_numeric
 from benchmark_illusion.data.distractors import (
-    _choose_distractors,
-    _choose_passage_distractors,
-    _item_key,
-    _keyed_rank,
-    _Pool,
-    _stable_u64,
+    AnswerPool,
+    choose_distractors,
+    choose_passage_distractors,
+    item_key,
+    keyed_rank,
+    stable_u64,
 )
-from benchmark_illusion.data.spans import _kind, _Passage
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import normalize, tokenize
+from benchmark_illusion.data.spans import PassageSpans, text_kind
+from benchmark_illusion.textnorm import normalize, tokenize
 
 REASONS = (
     "empty_id",
@@ -186,10 +186,10 @@ def build_items(
         of the other questions on the same passage (same lang and context), then other
         first answers of the language found in the passage, then spans of the passage;
         all three of the kind of the row's first answer, the last two also of its length
-        (`_choose_passage_distractors`);
+        (`choose_passage_distractors`);
       * 'other_answers': the first answers of the other questions on the same passage,
         then first answers of other items of the same language and the same kind (numeric
-        or text, as the row's first answer), then of the other kind (`_choose_distractors`).
+        or text, as the row's first answer), then of the other kind (`choose_distractors`).
     Each group is taken in keyed random order. A candidate overlapping any gold answer of
     the item, or a distractor already chosen, is rejected. options = [first answer] +
     distractors, shuffled; gold_option is the index of the first answer;
@@ -213,14 +213,14 @@ def build_items(
     for i, row in enumerate(rows):
         first_by_lang.setdefault(row["lang"], []).append(row["answers"][0])
         by_passage.setdefault((row["lang"], row["context"]), []).append(i)
-    pools = {lang: _Pool(texts, lang) for lang, texts in first_by_lang.items()}
-    passages: dict[tuple[str, str], _Passage] = {}
+    pools = {lang: AnswerPool(texts, lang) for lang, texts in first_by_lang.items()}
+    passages: dict[tuple[str, str], PassageSpans] = {}
 
     built: list[dict] = []
     dropped: list[str] = []
     for i, row in enumerate(rows):
         lang, item_id = row["lang"], row["id"]
-        key = _item_key(seed, item_id)
+        key = item_key(seed, item_id)
         golds = [tuple(tokenize(a, lang)) for a in row["answers"]]
         numeric = is_numeric(row["answers"][0], lang)
         # Sorted so the same-passage candidates do not depend on row order.
@@ -230,8 +230,8 @@ def build_items(
         if distractors == "passage":
             passage = passages.get((lang, row["context"]))
             if passage is None:
-                passage = passages[(lang, row["context"])] = _Passage(row["context"], lang)
-            chosen, sources = _choose_passage_distractors(
+                passage = passages[(lang, row["context"])] = PassageSpans(row["context"], lang)
+            chosen, sources = choose_passage_distractors(
                 row["answers"][0],
                 golds,
                 passage_texts,
@@ -242,7 +242,7 @@ def build_items(
                 gold_texts=row["answers"],
             )
         else:
-            chosen, sources = _choose_distractors(
+            chosen, sources = choose_distractors(
                 golds, passage_texts, pools[lang], numeric, key, n_distractors, lang
             )
         if len(chosen) < n_distractors:
@@ -298,7 +298,7 @@ def option_quality_rows(items: list[dict]) -> list[dict]:
     number of options and how many start or end with a function word of the language
     (`language.function_edge`). source: 'gold' (the gold option, for comparison) or the
     distractor's source ('answer', 'span', 'other_passage'); kind: 'number' (a decimal digit),
-    'name' (starts with a capital), 'other' (`_kind`)."""
+    'name' (starts with a capital), 'other' (`text_kind`)."""
     counts: dict[tuple[str, str, str], list[int]] = {}
     for item in items:
         lang = item["lang"]
@@ -311,7 +311,7 @@ def option_quality_rows(items: list[dict]) -> list[dict]:
             )
         )
         for text, source in labelled:
-            c = counts.setdefault((lang, source, OPTION_KINDS[_kind(text)]), [0, 0])
+            c = counts.setdefault((lang, source, OPTION_KINDS[text_kind(text)]), [0, 0])
             c[0] += 1
             c[1] += int(language.function_edge(text, lang))
     return [
@@ -327,12 +327,12 @@ def _assign_exemplars(items: list[dict]) -> None:
         by_lang.setdefault(item["lang"], []).append(item)
     for group in by_lang.values():
         ids = [it["item_id"] for it in group]
-        hashes = np.array([_stable_u64("exemplar", x) for x in ids], dtype=np.uint64)
+        hashes = np.array([stable_u64("exemplar", x) for x in ids], dtype=np.uint64)
         contexts = {c: k for k, c in enumerate(sorted({it["context"] for it in group}))}
         codes = np.array([contexts[it["context"]] for it in group])
         for item in group:
             eligible = np.flatnonzero(codes != contexts[item["context"]])
             if len(eligible) == 0:
                 continue
-            best = eligible[_keyed_rank(hashes[eligible], item["_key"])[0]]
+            best = eligible[keyed_rank(hashes[eligible], item["_key"])[0]]
             item["exemplar_id"] = ids[best]

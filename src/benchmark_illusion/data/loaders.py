@@ -27,13 +27,13 @@ from collections.abc import Callable
 import polars as pl
 
 from benchmark_illusion.data.local import (
-    _conform,
-    _require_columns,
+    conform,
     load_jsonl,
     load_parquet,
     load_squad_json,
+    require_columns,
 )
-from benchmark_illusion.data.raw import FLAT_REQUIRED, LOCAL_SOURCES, DatasetError, _source
+from benchmark_illusion.data.raw import FLAT_REQUIRED, LOCAL_SOURCES, DatasetError, source_name
 
 XQUAD_LANGUAGES = ["ar", "de", "el", "en", "es", "hi", "ro", "ru", "th", "tr", "vi", "zh"]
 
@@ -71,7 +71,7 @@ def load_raw(cfg: dict, lang: str) -> pl.DataFrame:
     Every row of the source (for that language) is returned, in source order; `lang`
     is set to the requested language. Raises DatasetError when the source is unusable.
     """
-    return _LOADERS[_source(cfg)](cfg, lang)
+    return _LOADERS[source_name(cfg)](cfg, lang)
 
 
 # --------------------------------------------------------------------------- hub sources
@@ -91,7 +91,7 @@ def load_tydiqa_hub(cfg: dict, lang: str) -> pl.DataFrame:
     hub_id = cfg.get("hub_id", DEFAULT_HUB_IDS["tydiqa_hub"])
     table, where = _load_hub_table(cfg, hub_id, "secondary_task")
     df = pl.from_arrow(table)
-    _require_columns(df.columns, ("id",), where)
+    require_columns(df.columns, ("id",), where)
     codes = tydiqa_language_of(df["id"])
     rows = df.filter(codes == lang)
     if rows.height == 0:
@@ -175,7 +175,7 @@ def _unreachable_errors() -> tuple[type[BaseException], ...]:
 
 def _frame_from_hub(df: pl.DataFrame, lang: str, where: str) -> pl.DataFrame:
     """Reshape hub rows (answers = struct {text: [...], answer_start: [...]}) into RAW_SCHEMA."""
-    _require_columns(df.columns, FLAT_REQUIRED, where)
+    require_columns(df.columns, FLAT_REQUIRED, where)
     answers = df.schema["answers"]
     fields = {f.name for f in answers.fields} if isinstance(answers, pl.Struct) else set()
     if not {"text", "answer_start"} <= fields:
@@ -183,7 +183,7 @@ def _frame_from_hub(df: pl.DataFrame, lang: str, where: str) -> pl.DataFrame:
             f"{where}: column 'answers' should be a struct of text and answer_start, got {answers}"
         )
     title = pl.col("title") if "title" in df.columns else pl.lit("")
-    return _conform(
+    return conform(
         df.select(
             id=pl.col("id"),
             lang=pl.lit(lang),

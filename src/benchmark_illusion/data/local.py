@@ -54,7 +54,7 @@ def load_parquet(cfg: dict, lang: str) -> pl.DataFrame:
         df = pl.read_parquet(path)
     except Exception as e:  # polars raises several unrelated types for unreadable files
         raise DatasetError(f"{path}: could not be read as Parquet ({type(e).__name__}: {e})") from e
-    _require_columns(df.columns, FLAT_REQUIRED, path)
+    require_columns(df.columns, FLAT_REQUIRED, path)
     df = df.with_row_index("_row")
     langs_seen: set = set()
     if "lang" in df.columns:
@@ -229,7 +229,7 @@ def _require_keys(obj: Any, keys: Iterable[str], where: str) -> None:
         raise DatasetError(f"{where}: missing key(s) {missing}")
 
 
-def _require_columns(columns: Iterable[str], required: Iterable[str], where: str) -> None:
+def require_columns(columns: Iterable[str], required: Iterable[str], where: str) -> None:
     """Fail naming `where` unless every required column is present."""
     columns = list(columns)
     missing = [c for c in required if c not in columns]
@@ -246,10 +246,10 @@ def _records_frame(
         raise DatasetError(f"{where}: no rows for language {lang!r}{found}")
     columns = {name: [r[name] for r in records] for name in RAW_SCHEMA if name != "lang"}
     columns["lang"] = [lang] * len(records)
-    return _conform(pl.DataFrame(columns, schema_overrides=RAW_SCHEMA), where)
+    return conform(pl.DataFrame(columns, schema_overrides=RAW_SCHEMA), where)
 
 
-def _conform(df: pl.DataFrame, where: str) -> pl.DataFrame:
+def conform(df: pl.DataFrame, where: str) -> pl.DataFrame:
     """Select RAW_SCHEMA's columns in order, cast to its types, strip invisible edges.
 
     Every loader passes through here. A failed cast names `where`.

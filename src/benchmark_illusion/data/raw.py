@@ -41,7 +41,7 @@ def raw_path_for(cfg: dict, lang: str) -> str | None:
     The path is the config's `path` with '{lang}' replaced and '~' expanded; the file
     need not exist yet (Snakemake uses this as a rule input, so edits retrigger).
     """
-    source = _source(cfg)
+    source = source_name(cfg)
     if source in HUB_SOURCES:
         return None
     template = cfg.get("path")
@@ -53,7 +53,7 @@ def raw_path_for(cfg: dict, lang: str) -> str | None:
     return os.path.expanduser(str(template).replace("{lang}", lang))
 
 
-def _source(cfg: dict) -> str:
+def source_name(cfg: dict) -> str:
     """The config's source name, checked against SOURCES."""
     source = cfg.get("source")
     if source not in SOURCES:

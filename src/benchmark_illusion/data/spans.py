@@ -8,8 +8,8 @@ import functools
 import math
 import unicodedata
 
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import _is_unspaced_char, tokenize
+from benchmark_illusion import language
+from benchmark_illusion.textnorm import is_unspaced_char, tokenize
 
 # Sentences. A passage is cut into sentences after 。！？ । ؟ ۔ (always), at line breaks,
 # and after . ! ? followed (past closing quotes and brackets) by whitespace or the end,
@@ -34,7 +34,7 @@ from benchmark_illusion.evaluation.text import _is_unspaced_char, tokenize
 # Thai vowel signs written before their consonant can still end up split from it: a span
 # is cut at characters, not at syllables.
 #
-# Kind. 'digit' (contains a decimal digit of any script, `_kind`), 'upper' (starts with an
+# Kind. 'digit' (contains a decimal digit of any script, `text_kind`), 'upper' (starts with an
 # upper-case letter: only cased scripts have those), 'other'. Among 'upper' spans, name-like
 # ones are preferred: those that also end with a capitalised word ("Sorr River",
 # "University of Chicago"; not "Elbrin is") and, when they start a sentence, whose first
@@ -43,7 +43,7 @@ from benchmark_illusion.evaluation.text import _is_unspaced_char, tokenize
 # only after them.
 # A span never ends with a word that has no judge tokens (an English article).
 #
-# Spans that are not answers are left out (`_Passage.spans`):
+# Spans that are not answers are left out (`PassageSpans.spans`):
 # - a span that starts or ends with a function word of the passage's language (stopwords-iso,
 #   `language.function_edge`): "and", "of grey", "opened in", "Las semillas están";
 # - in Chinese and Thai, a span cut inside a word of the word segmenter (jieba, pythainlp):
@@ -132,10 +132,10 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
 def _segmented(ch: str) -> bool:
     """A character of a script whose words the segmenter finds (not a digit, no punctuation)."""
-    return _is_unspaced_char(ch) and not ch.isdigit() and not _is_punct(ch)
+    return is_unspaced_char(ch) and not ch.isdigit() and not _is_punct(ch)
 
 
-def _kind(text: str) -> str:
+def text_kind(text: str) -> str:
     """'digit' (contains a decimal digit of any script: 0-9, ٠-٩, ०-९, ๐-๙, ０-９, ...),
     'upper' (its first letter or digit is an upper-case letter), else 'other'.
 
@@ -148,14 +148,14 @@ def _kind(text: str) -> str:
     return "upper" if first.isupper() or first.istitle() else "other"
 
 
-def _length_range(n_tokens: int) -> tuple[int, int]:
+def length_range(n_tokens: int) -> tuple[int, int]:
     """Token counts allowed for a distractor of a gold with n_tokens tokens: the integers
     from n/2 up to 3n/2 (at least one)."""
     lo = max(1, math.ceil(n_tokens / 2))
     return lo, max(lo, (3 * n_tokens) // 2)
 
 
-class _Passage:
+class PassageSpans:
     """One passage cut into phrases of units (see above), with cached spans and occurrences."""
 
     def __init__(self, text: str, lang: str):
@@ -177,7 +177,7 @@ class _Passage:
             text[a:b]
             for p in self.phrases
             for a, b in p
-            if a not in sentence_starts and _kind(text[a:b]) == "upper"
+            if a not in sentence_starts and text_kind(text[a:b]) == "upper"
         }
         self.unit_counts = [[len(tokenize(text[a:b], lang)) for a, b in p] for p in self.phrases]
         self.breaks = language.word_breaks(text, lang)  # None outside Chinese and Thai
@@ -297,14 +297,14 @@ class _Passage:
             phrase = self.phrases[p]
             text = self.text[phrase[i][0] : phrase[j][1]]
             tokens = tuple(tokenize(text, self.lang))
-            kind, weak = _kind(text), False
+            kind, weak = text_kind(text), False
             if kind == "upper":
                 first = self.text[phrase[i][0] : phrase[i][1]]
                 last = self.text[phrase[j][0] : phrase[j][1]]
                 sentence_capital = (
                     phrase[i][0] in self.sentence_starts and first not in self.capitalised
                 )
-                weak = _kind(last) != "upper" or sentence_capital
+                weak = text_kind(last) != "upper" or sentence_capital
             hit = self._spans[key] = (text, tokens, kind, weak)
         return hit
 
@@ -330,7 +330,7 @@ class _Passage:
         """A unit that continues a name: capitalised, no function word, and not capitalised only
         because it starts a sentence."""
         text = self.text[unit[0] : unit[1]]
-        if _kind(text) != "upper":
+        if text_kind(text) != "upper":
             return False
         toks = tokenize(text, self.lang)
         if not toks or language.is_function_word(toks[0], self.lang):

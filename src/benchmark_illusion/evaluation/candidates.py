@@ -1,7 +1,7 @@
 """Judge a `candidates` answer: the prompt lists the options, the model picks one by label or text.
 
 Naming an option, hedge, repeat and the sentence-tolerant verdict are defined in the module
-docstring of judge.py; texts are compared as the tokens of text.py.
+docstring of judge.py; texts are compared as the tokens of textnorm.py.
 
 `candidates` format (`judge_candidates`: the prompt lists the options, the model picks one)
     The output is correct only when it names exactly one option and that option is the
@@ -38,16 +38,20 @@ import re
 import unicodedata
 
 from benchmark_illusion.evaluation.judge import (
-    SENTENCE_SLACK,
+    DEFAULT_LIMITS,
+    Asked,
+    JudgeLimits,
     Judgement,
-    _answered,
-    _is_repeat,
-    _read,
-    _sentence_verdict,
+    answered_options,
+    is_repeat,
+    judgement,
     named_phrases,
+    read_scores,
+    sentence_verdict,
 )
 from benchmark_illusion.evaluation.prompts import LETTERS
-from benchmark_illusion.evaluation.text import first_line, tokenize
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import tokenize
 
 # Option labels: the prompt's letters (A-H) in either case, and the Greek and Cyrillic
 # capitals that look like Latin capitals (module docstring, `candidates` format).
@@ -102,9 +106,7 @@ def judge_candidates(
     question: str = "",
     passage: str = "",
     letters: bool = True,
-    max_length_factor: float = 3.0,
-    max_length_slack: int = 3,
-    sentence_slack: int = SENTENCE_SLACK,
+    limits: JudgeLimits = DEFAULT_LIMITS,
 ) -> Judgement:
     """Judge a `candidates` answer: correct only when it names exactly the gold option.
 
@@ -119,9 +121,10 @@ def judge_candidates(
     if bare:
         judged = options[label]
     pred = tokenize(judged, lang)
+    item = Asked.of(lang, question, passage, limits)
     option_tokens = [tokenize(o, lang) for o in options]
     named = set() if bare else {k for k, n in enumerate(named_phrases(pred, option_tokens)) if n}
-    named = _answered(named, option_tokens, tokenize(question, lang))
+    named = answered_options(named, option_tokens, item.question_tokens)
     if label is not None:
         named.add(label)
     pred_option = next(iter(named)) if len(named) == 1 else None
@@ -139,54 +142,32 @@ def judge_candidates(
             judged=judged,
         )
 
-    s = _read(
-        judged,
-        pred,
-        [gold_tokens],
-        lang,
-        question,
-        passage,
-        max_length_factor,
-        max_length_slack,
-        option_tokens,
-    )
+    s = read_scores(judged, pred, [gold_tokens], item, option_tokens)
     echo, too_long = (False, False) if bare else (s.echo, s.too_long)
     contained = bool(s.contained) or (bare and label == gold_option)
     hedge = contained and any(k != gold_option for k in named)
     repeat = not any(pred == t for t in option_tokens) and any(
-        _is_repeat(pred, t) for t in option_tokens
+        is_repeat(pred, t) for t in option_tokens
     )
     fine = pred_option == gold_option and not echo and not too_long and not hedge and not repeat
     correct = contained and fine
-    sentence = _sentence_verdict(
-        judged,
-        pred,
-        s,
-        tokenize(question, lang),
-        passage,
-        lang,
-        sentence_slack,
-        correct,
-        pred_option != gold_option or hedge or repeat,
+    sentence = sentence_verdict(
+        judged, pred, s, item, correct, pred_option != gold_option or hedge or repeat
     )
     upper = bool(s.uncertain_contained) and fine
-    return Judgement(
-        exact_match=s.exact_match,
-        f1=s.f1,
+    return judgement(
+        s,
+        sentence,
+        correct_sentence_upper=upper,
         contains=contained,
-        echo=echo,
-        too_long=too_long,
         correct=correct,
+        correct_upper=upper,
         hedge=hedge,
         repeat=repeat,
         options_named=len(named),
-        pred_option=pred_option,
         judged=judged,
         negated=s.negated and not bare,
-        uncertain=s.uncertain and not bare,
-        longer_entity=s.longer_entity and not bare,
         match=s.match,
-        correct_upper=correct or upper,
-        correct_sentence_upper=sentence["correct_sentence"] or upper,
-        **sentence,
+        pred_option=pred_option,
+        bare=bare,
     )

@@ -11,7 +11,7 @@ from tqdm import tqdm
 
 from benchmark_illusion.evaluation import engine, generation
 from benchmark_illusion.evaluation.candidates import judge_candidates
-from benchmark_illusion.evaluation.judge import judge
+from benchmark_illusion.evaluation.judge import JudgeLimits, judge
 from benchmark_illusion.evaluation.prompts import (
     PromptSettings,
     adds_special_tokens,
@@ -217,9 +217,9 @@ def judge_row(output: str, item: dict, settings: EvalSettings, fmt: str = "open"
     common = dict(
         question=item["question"],
         passage=item["context"],
-        max_length_factor=settings.max_length_factor,
-        max_length_slack=settings.max_length_slack,
-        sentence_slack=settings.sentence_slack,
+        limits=JudgeLimits(
+            settings.max_length_factor, settings.max_length_slack, settings.sentence_slack
+        ),
     )
     if fmt == "candidates":
         letters = settings.prompt.candidates_style == "letters"

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 import torch
 
 
-def _cache_kwarg(model) -> str:
+def cache_kwarg(model) -> str:
     """Name of the KV-cache argument: `cache` in newer transformers 5.x, `past_key_values`
     before."""
     params = inspect.signature(model.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _out_cache(out):
+def out_cache(out):
     cache = getattr(out, "cache", None)
     return cache if cache is not None else out.past_key_values
 
@@ -154,11 +154,6 @@ def pad_batch(
     return ids.to(device), mask.to(device)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-pad token lists into ids [B, T] and mask [B, T] (pad_batch, side='left')."""
-    return pad_batch(seqs, pad_id, device, side="left")
-
-
 # A shared head shorter than this is run with the rest: its own forward would cost more than
 # the rows' repeats of it.
 SHARED_HEAD_MIN = 16
@@ -211,9 +206,9 @@ def prefill(model, seqs: list[list[int]], pad_id: int, share: bool = True) -> Pr
             input_ids=ids, attention_mask=mask, position_ids=positions(mask), use_cache=True, **keep
         )
     else:
-        kw = _cache_kwarg(model)
+        kw = cache_kwarg(model)
         first = model(input_ids=torch.tensor([seqs[0][:head]], device=device), use_cache=True)
-        cache = select_rows(_out_cache(first), torch.zeros(len(seqs), dtype=torch.long))
+        cache = select_rows(out_cache(first), torch.zeros(len(seqs), dtype=torch.long))
         ids, tail = pad_batch([s[head:] for s in seqs], pad_id, device, side="left")
         mask = torch.cat([torch.ones((len(seqs), head), dtype=tail.dtype, device=device), tail], 1)
         out = model(
@@ -228,7 +223,7 @@ def prefill(model, seqs: list[list[int]], pad_id: int, share: bool = True) -> Pr
     check_finite(last_logits, "prefill")
     return Prefill(
         last_logits=last_logits,
-        cache=_out_cache(out),
+        cache=out_cache(out),
         mask=mask,
         next_pos=mask.sum(-1),
     )
@@ -319,7 +314,7 @@ def score_tokens(
             attention_mask=bias,
             position_ids=pos,
             use_cache=True,
-            **{_cache_kwarg(model): select_rows(state.cache)},
+            **{cache_kwarg(model): select_rows(state.cache)},
         )
         logits = out.logits  # [B, W, V]
     # every scored token: its distribution (row b's last logits, or packed position p) and id
@@ -362,13 +357,3 @@ def score_tokens(
             result[b].append(ContinuationScores(chosen[i : i + len(c)], ranks[i : i + len(c)]))
             i += len(c)
     return result
-
-
-def score_continuations(
-    model, state: Prefill, conts: list[list[list[int]]], pad_id: int
-) -> list[list[float]]:
-    """Sum of log-probs of each continuation given its row's prompt, reusing the prompt's cache.
-
-    conts[b][k]: token ids of option k of row b (each option >= 1 token). Returns [B][K_b] floats.
-    """
-    return [[s.total for s in row] for row in score_tokens(model, state, conts, pad_id)]

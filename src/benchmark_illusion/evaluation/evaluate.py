@@ -34,7 +34,7 @@ from benchmark_illusion.evaluation.prompts import prompt_id
 from benchmark_illusion.evaluation.recovery import recovery_rows
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA
 from benchmark_illusion.evaluation.settings import FORMATS, EvalSettings
-from benchmark_illusion.evaluation.text import normalize
+from benchmark_illusion.textnorm import normalize
 
 __all__ = ["LOG_SCHEMA", "EvalSettings", "RunMeta", "evaluate_items", "naive_logprob"]
 

@@ -12,9 +12,9 @@ from transformers.cache_utils import DynamicLayer
 
 from benchmark_illusion.evaluation.engine import (
     Prefill,
-    _cache_kwarg,
-    _out_cache,
+    cache_kwarg,
     check_finite,
+    out_cache,
     select_rows,
 )
 
@@ -247,7 +247,7 @@ def greedy(
     live = [b_ > 0 for b_ in budget]
     has_content = [False] * B
     rows = torch.arange(B, device=device)  # the rows in the cache, in cache order
-    kw = _cache_kwarg(model)
+    kw = cache_kwarg(model)
     banned = ban_mask(ban, B, state.last_logits.shape[-1], device)
     for _ in range(steps):
         if banned is not None:
@@ -282,7 +282,7 @@ def _step(model, cache, mask, pos, tokens, kw):
         use_cache=True,
         **{kw: cache},
     )
-    return res.logits[:, -1, :].float(), _out_cache(res), mask
+    return res.logits[:, -1, :].float(), out_cache(res), mask
 
 
 @torch.inference_mode()
@@ -312,7 +312,7 @@ def beam_search(
     top_k_mask = torch.arange(keep, device=device) < K
     budget = torch.tensor(budgets, device=device)
     steps = max(budgets)
-    kw = _cache_kwarg(model)
+    kw = cache_kwarg(model)
 
     st = expand(state, K, room=steps)
     cache, mask, pos, logits = st.cache, st.mask, st.next_pos.clone(), st.last_logits
@@ -405,7 +405,7 @@ def sample(
     live = [True] * N
     rows = torch.arange(N, device=device)  # the rows in the cache, in cache order
     has_content = [False] * N
-    kw = _cache_kwarg(model)
+    kw = cache_kwarg(model)
     banned = ban_mask(ban, B, logits.shape[-1], device)
     if banned is not None:
         banned = banned.repeat_interleave(n, 0)

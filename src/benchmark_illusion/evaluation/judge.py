@@ -5,7 +5,7 @@ passage copied out, long rambles, every option listed, the gold said six times) 
 games a naive "does the answer contain the gold string" test. The definitions below are
 language-aware and reject those cases.
 
-Texts are compared as tokens: `normalize` and `tokenize` (evaluation/text.py, whose module
+Texts are compared as tokens: `normalize` and `tokenize` (textnorm.py, whose module
 docstring gives their rules) fold case, script variants, digits and punctuation the same
 way in every language, and make each CJK, kana and Thai character a token of its own.
 
@@ -19,7 +19,7 @@ Per gold answer
                  neither negated nor uncertain. Token-boundary aware: "1500" does not
                  contain "5", "It is Paris" contains "Paris", "答案是北京" contains "北京".
 
-Matching a gold (`gold_matches`; the resources are in evaluation/language.py)
+Matching a gold (`gold_matches`; the resources are in language.py)
     exact       the gold's tokens as a contiguous run of the prediction's tokens;
     number      the gold with its numbers written the other way: digits as the
                 language's number words ("twelve", "doce", "十二") and number words as
@@ -160,12 +160,12 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from benchmark_illusion.evaluation import language
-from benchmark_illusion.evaluation.text import _is_unspaced_char as _is_unspaced
-from benchmark_illusion.evaluation.text import (
+from benchmark_illusion import language
+from benchmark_illusion.evaluation.text import first_line
+from benchmark_illusion.textnorm import (
     contains_tokens,
     find_token_runs,
-    first_line,
+    is_unspaced_char,
     normalize,
     tokenize,
 )
@@ -204,7 +204,9 @@ def _inside_gold(pred: list[str], phrase: list[str], golds: list[list[str]]) -> 
     return bool(runs) and all(partly(s) for s in runs)
 
 
-def _answered(named: set[int], option_tokens: list[list[str]], question: list[str]) -> set[int]:
+def answered_options(
+    named: set[int], option_tokens: list[list[str]], question: list[str]
+) -> set[int]:
     """The named options offered as answers: when two or more are named, those whose text is
     in the question are left out (a restatement names the question's subject: "The Pellan Bridge
     crosses the Sorr River" for "Which river does the Pellan Bridge cross?"), unless that would
@@ -215,7 +217,7 @@ def _answered(named: set[int], option_tokens: list[list[str]], question: list[st
     return answered or named
 
 
-def _is_repeat(pred: list[str], gold: list[str]) -> bool:
+def is_repeat(pred: list[str], gold: list[str]) -> bool:
     """`pred` is `gold` two or more times over and nothing else."""
     n = len(gold)
     return n > 0 and len(pred) >= 2 * n and len(pred) % n == 0 and pred == gold * (len(pred) // n)
@@ -472,13 +474,15 @@ def whole_entity(
 def _segmented(ch: str) -> bool:
     import unicodedata
 
-    return _is_unspaced(ch) and not ch.isdigit() and not unicodedata.category(ch).startswith("P")
+    return (
+        is_unspaced_char(ch) and not ch.isdigit() and not unicodedata.category(ch).startswith("P")
+    )
 
 
 @dataclass(frozen=True)
 class Scores:
-    """What the judge reads off one text against its golds (`_read`): the clean matches (whole,
-    not negated, not an alternative) and the flags the verdicts combine."""
+    """What the judge reads off one text against its golds (`read_scores`): the clean matches
+    (whole, not negated, not an alternative) and the flags the verdicts combine."""
 
     exact_match: bool
     f1: float
@@ -493,21 +497,18 @@ class Scores:
     clause_end: int = 0
 
 
-def _read(
+def read_scores(
     text: str,
     pred: list[str],
     gold_tokens: list[list[str]],
-    lang: str,
-    question: str,
-    passage: str,
-    max_length_factor: float,
-    max_length_slack: int,
+    item: Asked,
     option_tokens: list[list[str]] | None = None,
     rivals: list[list[str]] | None = None,
 ) -> Scores:
     """exact_match, f1, the matched golds, too_long, echo, negated, uncertain and longer_entity of
     non-empty `pred` (the tokens of `text`). `rivals`: phrases whose occurrences a match must not
     overlap (the real golds, when a distractor is judged as if it were the gold)."""
+    lang, passage = item.lang, item.passage
     toks = language.located_tokens(text, lang)
     matches = gold_matches(pred, gold_tokens, lang)
     if rivals:
@@ -548,9 +549,9 @@ def _read(
     reference = max(
         [m.end - m.start for m in clean or alternative] or [max(len(g) for g in gold_tokens)]
     )
-    max_tokens = max_length_factor * reference + max_length_slack
+    max_tokens = item.limits.max_length_factor * reference + item.limits.max_length_slack
     too_long = len(pred) > max_tokens
-    qtoks = tokenize(question, lang)
+    qtoks = item.question_tokens
     echo = _question_echo(pred, contained or _golds_of(alternative, gold_tokens), qtoks)
     if not echo and too_long and passage:
         echo = _passage_copy(pred, tokenize(passage, lang), int(max_tokens))
@@ -593,6 +594,46 @@ _ABBREVIATION = re.compile(r"(?:^|[\s(])[A-Z][A-Za-z]{0,2}$")
 SENTENCE_SLACK = 4
 
 
+@dataclass(frozen=True)
+class JudgeLimits:
+    """The judge's length limits (module docstring): a short answer has at most
+    max_length_factor * G + max_length_slack tokens, a one-sentence answer at most
+    Q + G + sentence_slack."""
+
+    max_length_factor: float = 3.0
+    max_length_slack: int = 3
+    sentence_slack: int = SENTENCE_SLACK
+
+
+DEFAULT_LIMITS = JudgeLimits()
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What an answer is judged against besides its golds: the item's language, question (and
+    its tokens) and passage, and the judge's limits (`Asked.of` tokenizes the question)."""
+
+    lang: str
+    question: str
+    question_tokens: list[str]
+    passage: str
+    limits: JudgeLimits
+
+    @classmethod
+    def of(cls, lang: str, question: str, passage: str, limits: JudgeLimits) -> Asked:
+        return cls(lang, question, tokenize(question, lang), passage, limits)
+
+
+@dataclass(frozen=True)
+class SentenceVerdict:
+    """The sentence-tolerant verdict (`sentence_verdict`) and the flags behind it."""
+
+    correct_sentence: bool
+    sentences: int
+    sentence_too_long: bool
+    sentence_copy: bool
+
+
 def _sentence_ends(line: str) -> list[int]:
     """Offsets just past each sentence end of `line` that has text before and after it."""
     ends, start = [], 0
@@ -626,17 +667,11 @@ def first_sentence(line: str) -> str:
     return line[: ends[0]].strip() if ends else line
 
 
-def _sentence_flags(
-    pred: list[str],
-    contained: list[list[str]],
-    question: list[str],
-    passage: str,
-    lang: str,
-    sentence_slack: int,
-) -> tuple[bool, bool]:
+def _sentence_flags(pred: list[str], contained: list[list[str]], item: Asked) -> tuple[bool, bool]:
     """sentence_too_long and sentence_copy of a non-empty prediction."""
+    question, passage, lang = item.question_tokens, item.passage, item.lang
     reference = max(contained, key=len) if contained else []
-    too_long = len(pred) > len(question) + len(reference) + sentence_slack
+    too_long = len(pred) > len(question) + len(reference) + item.limits.sentence_slack
     copy = False
     if contained and passage and len(pred) >= len(reference) + 2:
         if contains_tokens(tokenize(passage, lang), pred):
@@ -684,7 +719,7 @@ def _hedge_and_named(
         and not (len(toks) == 1 and language.is_function_word(toks[0], lang))
         for n, toks in zip(named, option_tokens, strict=True)
     ]
-    kept = _answered(set(k for k, n in enumerate(named) if n), option_tokens, question)
+    kept = answered_options(set(k for k, n in enumerate(named) if n), option_tokens, question)
     hedge = contained and any(option_tokens[k] not in gold_tokens for k in kept)
     return hedge, len(kept)
 
@@ -695,11 +730,9 @@ def judge(
     lang: str,
     question: str = "",
     passage: str = "",
-    max_length_factor: float = 3.0,
-    max_length_slack: int = 3,
     options: list[str] | None = None,
-    sentence_slack: int = SENTENCE_SLACK,
     rivals: list[str] | None = None,
+    limits: JudgeLimits = DEFAULT_LIMITS,
 ) -> Judgement:
     """Judge the first non-empty line of `prediction` against `golds`.
 
@@ -708,9 +741,9 @@ def judge(
     item's options, gold included) enable hedge and options_named; without them hedge is false
     and options_named None. `rivals`: texts whose occurrences a gold's occurrence must not
     overlap (the false-recovery control passes the item's real golds when it judges a
-    distractor as if it were the gold). An empty prediction, or one judged against golds that
-    all have no tokens, gets the all-false Judgement with f1 0.0 (options_named 0 when options
-    are given).
+    distractor as if it were the gold). `limits`: the length limits (`JudgeLimits`). An empty
+    prediction, or one judged against golds that all have no tokens, gets the all-false
+    Judgement with f1 0.0 (options_named 0 when options are given).
     """
     line = first_line(prediction)
     pred = tokenize(line, lang)
@@ -722,8 +755,8 @@ def judge(
         )
     option_tokens = None if options is None else [tokenize(o, lang) for o in options]
     rival_tokens = [t for t in (tokenize(r, lang) for r in rivals or []) if t]
-    qtoks = tokenize(question, lang)
-    common = (lang, question, passage, max_length_factor, max_length_slack, option_tokens)
+    item = Asked.of(lang, question, passage, limits)
+    qtoks = item.question_tokens
 
     def verdict(text: str, toks: list[str], s: Scores) -> tuple[bool, bool, bool, bool, int]:
         """correct, correct if uncertain counted right, hedge, repeat, options named."""
@@ -737,7 +770,7 @@ def judge(
                 option_tokens,
                 qtoks,
             )
-        repeat = not s.exact_match and any(_is_repeat(toks, g) for g in gold_tokens)
+        repeat = not s.exact_match and any(is_repeat(toks, g) for g in gold_tokens)
         fine = not s.echo and not s.too_long and not hedge and not repeat
         return (
             bool(s.contained) and fine,
@@ -747,82 +780,111 @@ def judge(
             named,
         )
 
-    s = _read(line, pred, gold_tokens, *common, rivals=rival_tokens)
+    s = read_scores(line, pred, gold_tokens, item, option_tokens, rival_tokens)
     correct, correct_upper, hedge, repeat, n_options = verdict(line, pred, s)
     # the sentence-tolerant verdict reads the first sentence, whatever follows it
     sentence_text = first_sentence(line)
     if sentence_text != line:
         stoks = tokenize(sentence_text, lang)
-        ss = _read(sentence_text, stoks, gold_tokens, *common, rivals=rival_tokens) if stoks else s
+        ss = (
+            read_scores(sentence_text, stoks, gold_tokens, item, option_tokens, rival_tokens)
+            if stoks
+            else s
+        )
         s_hedge, s_repeat = verdict(sentence_text, stoks, ss)[2:4] if stoks else (hedge, repeat)
     else:
         stoks, ss, s_hedge, s_repeat = pred, s, hedge, repeat
-    sentence = _sentence_verdict(
-        line, stoks, ss, qtoks, passage, lang, sentence_slack, correct, s_hedge or s_repeat
+    sentence = sentence_verdict(line, stoks, ss, item, correct, s_hedge or s_repeat)
+    upper = sentence_verdict(
+        line, stoks, ss, item, correct_upper, s_hedge or s_repeat, uncertain_counted=True
     )
-    upper = _sentence_verdict(
-        line,
-        stoks,
-        ss,
-        qtoks,
-        passage,
-        lang,
-        sentence_slack,
-        correct_upper,
-        s_hedge or s_repeat,
-        uncertain_counted=True,
-    )
-    return Judgement(
-        exact_match=s.exact_match,
-        f1=s.f1,
+    return judgement(
+        s,
+        sentence,
+        correct_sentence_upper=upper.correct_sentence,
         contains=bool(s.contained),
-        echo=s.echo,
-        too_long=s.too_long,
         correct=correct,
+        correct_upper=correct_upper,
         hedge=hedge,
         repeat=repeat,
         options_named=n_options,
         judged=line,
         negated=ss.negated if sentence_text != line and not s.negated else s.negated,
-        uncertain=s.uncertain,
-        longer_entity=s.longer_entity,
         match=s.match if (s.contained or s.uncertain_contained) else "",
-        correct_upper=correct or correct_upper,
-        correct_sentence_upper=sentence["correct_sentence"] or upper["correct_sentence"],
-        **sentence,
     )
 
 
-def _sentence_verdict(
+def judgement(
+    s: Scores,
+    sentence: SentenceVerdict,
+    *,
+    correct_sentence_upper: bool,
+    contains: bool,
+    correct: bool,
+    correct_upper: bool,
+    hedge: bool,
+    repeat: bool,
+    options_named: int | None,
+    judged: str,
+    negated: bool,
+    match: str,
+    pred_option: int | None = None,
+    bare: bool = False,
+) -> Judgement:
+    """The Judgement of `judge` and of `judge_candidates` from the reading `s`, the sentence
+    verdict and the caller's own verdict. bare (a `candidates` label alone): the reading's echo,
+    too_long, uncertain and longer_entity do not apply, the label's option text was not written.
+    correct_upper and correct_sentence_upper: the upper bounds, each or-ed with its verdict."""
+    return Judgement(
+        exact_match=s.exact_match,
+        f1=s.f1,
+        contains=contains,
+        echo=s.echo and not bare,
+        too_long=s.too_long and not bare,
+        correct=correct,
+        hedge=hedge,
+        repeat=repeat,
+        options_named=options_named,
+        pred_option=pred_option,
+        judged=judged,
+        negated=negated,
+        uncertain=s.uncertain and not bare,
+        longer_entity=s.longer_entity and not bare,
+        match=match,
+        correct_upper=correct or correct_upper,
+        correct_sentence=sentence.correct_sentence,
+        sentences=sentence.sentences,
+        sentence_too_long=sentence.sentence_too_long,
+        sentence_copy=sentence.sentence_copy,
+        correct_sentence_upper=sentence.correct_sentence or correct_sentence_upper,
+    )
+
+
+def sentence_verdict(
     line: str,
     pred: list[str],
     s: Scores,
-    question: list[str],
-    passage: str,
-    lang: str,
-    sentence_slack: int,
+    item: Asked,
     correct: bool,
     named_other: bool,
     uncertain_counted: bool = False,
-) -> dict:
+) -> SentenceVerdict:
     """correct_sentence and its flags (module docstring), on the tokens `pred` of the line's
     first sentence. Rule c of echo (a passage copy longer than the short-answer limit) is
     replaced by sentence_copy; rules a and b stay. uncertain_counted: the upper bound, an answer
     offered beside an alternative counted as stating the gold."""
     contained = s.contained or (s.uncertain_contained if uncertain_counted else [])
-    too_long, copy = _sentence_flags(pred, contained, question, passage, lang, sentence_slack)
+    too_long, copy = _sentence_flags(pred, contained, item)
     if too_long and s.clause_end < len(pred):
-        too_long = _sentence_flags(
-            pred[: s.clause_end], contained, question, passage, lang, sentence_slack
-        )[0]
+        too_long = _sentence_flags(pred[: s.clause_end], contained, item)[0]
     ok = (
         bool(contained)
         and not named_other
-        and not _question_echo(pred, contained, question)
+        and not _question_echo(pred, contained, item.question_tokens)
         and not too_long
         and not copy
     )
-    return dict(
+    return SentenceVerdict(
         correct_sentence=correct or ok,
         sentences=sentence_count(line),
         sentence_too_long=too_long,

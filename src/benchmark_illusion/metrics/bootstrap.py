@@ -45,7 +45,7 @@ def row_quantiles(x: np.ndarray, probs: tuple[float, ...]) -> list[np.ndarray]:
     return out
 
 
-def _intervals(sums: np.ndarray, counts: np.ndarray, probs: tuple[float, float]):
+def replicate_intervals(sums: np.ndarray, counts: np.ndarray, probs: tuple[float, float]):
     """Per column of (replicates x columns) sums and denominators: n_boot (replicates with a
     non-zero denominator) and the quantiles of sum / denominator over those replicates."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -159,7 +159,7 @@ def create_rate_intervals(
             cols = np.unique(col)
             keep(
                 cols,
-                *_intervals(sums[:, cols], dens[:, cols], probs),
+                *replicate_intervals(sums[:, cols], dens[:, cols], probs),
                 population=population,
                 model=model,
                 dataset=dataset,
@@ -168,7 +168,7 @@ def create_rate_intervals(
         cols = np.unique(frame["col"].to_numpy())
         keep(
             cols,
-            *_intervals(pooled_s[:, cols], pooled_n[:, cols], probs),
+            *replicate_intervals(pooled_s[:, cols], pooled_n[:, cols], probs),
             population=population,
             model=model,
             dataset="all",

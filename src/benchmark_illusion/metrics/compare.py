@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 from benchmark_illusion.metrics import exact
-from benchmark_illusion.metrics.bootstrap import _intervals, benchmark_counts
+from benchmark_illusion.metrics.bootstrap import benchmark_counts, replicate_intervals
 
 CHECKPOINT_KEYS = ("method", "structure", "sparsity")
 # metrics that are never a proportion, whatever their values: the rescaled ones and the paired
@@ -122,7 +122,7 @@ def _row(dataset, lang, part, sums, dens, probs, ci_level, proportions) -> tuple
         bound = 1 - ((1 - ci_level) / 2) ** (1 / n)
         lo, hi, method = -bound, bound, "exact"
     else:
-        _, lo, hi = _intervals(sums, dens, probs)
+        _, lo, hi = replicate_intervals(sums, dens, probs)
         lo, hi, method = float(lo[0]), float(hi[0]), "bootstrap"
     return (
         dataset,

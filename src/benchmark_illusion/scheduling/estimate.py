@@ -46,12 +46,9 @@ import polars as pl
 import torch
 import yaml
 
+from benchmark_illusion.compression.blockwise import decoder_layers
 from benchmark_illusion.compression.calibration import CalibrationError, make_windows
-from benchmark_illusion.compression.pruning.layerwise import (
-    PruneSettings,
-    decoder_layers,
-    prune_model,
-)
+from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
 from benchmark_illusion.compression.quantization import Grid, QuantizeSettings, quantize_model
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.data.items import build_items, validate_rows

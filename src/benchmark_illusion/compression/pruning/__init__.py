@@ -4,7 +4,7 @@ masks.py      pure mask selection (no model, no I/O)
 magnitude.py  |W|
 wanda.py      |W| * ||X_j||_2, per output row
 sparsegpt.py  OBS reconstruction with a Cholesky-factored inverse Hessian
-layerwise.py  block-by-block orchestration with forward hooks
+layerwise.py  PruneSettings, prune_model (the block walk is compression/blockwise.py)
 """
 
 from .masks import Structure, parse_structure

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .masks import Structure, float64_device, lowest_n_of_m, lowest_per_matrix
+from ..blockwise import float64_device
+from .masks import Structure, lowest_n_of_m, lowest_per_matrix
 
 
 def magnitude_mask(weight: torch.Tensor, sparsity: float, structure: Structure) -> torch.Tensor:

@@ -19,7 +19,6 @@ from ..structures import Structure, parse_structure
 
 __all__ = [
     "Structure",
-    "float64_device",
     "lowest_n_of_m",
     "lowest_per_matrix",
     "lowest_per_row",
@@ -27,13 +26,6 @@ __all__ = [
     "nm_violations",
     "parse_structure",
 ]
-
-
-def float64_device(device: str | torch.device) -> torch.device:
-    """Where the float64 statistics and scores of tensors on `device` are computed: on that
-    device, except Apple's MPS, which has no float64 (the CPU then)."""
-    device = torch.device(device)
-    return torch.device("cpu") if device.type == "mps" else device
 
 
 def n_pruned(count: int, sparsity: float) -> int:

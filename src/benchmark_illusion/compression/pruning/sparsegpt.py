@@ -23,60 +23,10 @@ factor is computed at one thread. Among equal scores the mask prunes the first p
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
-from .masks import Structure, float64_device, lowest_n_of_m, lowest_per_matrix
-
-
-class Hessian:
-    """Running H = 2 X X^T / n of one Linear layer's inputs, float64 [in, in] on the inputs'
-    device (`masks.float64_device`)."""
-
-    def __init__(self, in_features: int, device):
-        shape, home = (in_features, in_features), float64_device(device)
-        self.sum = torch.zeros(shape, dtype=torch.float64, device=home)
-        self.tokens = 0
-
-    def add(self, x: torch.Tensor) -> None:
-        """x: [..., in] inputs of the layer (any float dtype; products and sums in float64)."""
-        x = x.reshape(-1, x.shape[-1]).to(self.sum.device, torch.float64)
-        self.sum += x.T @ x
-        self.tokens += x.shape[0]
-
-    @property
-    def value(self) -> torch.Tensor:
-        return 2.0 * self.sum / max(self.tokens, 1)
-
-
-@contextmanager
-def one_thread_on_cpu(device: torch.device):
-    """torch (and its LAPACK) at one thread for the block, on the CPU: a blocked Cholesky
-    factor's last bits depend on the number of threads that share it."""
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def inverse_hessian_factor(h: torch.Tensor, percdamp: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(U, dead): U the upper Cholesky factor of (H + damping)^-1, dead the [in] mask of
-    H_jj = 0; U in float64, factorized at one thread on the CPU (`one_thread_on_cpu`)."""
-    h = h.detach().to(torch.float64, copy=True)
-    diag = torch.diagonal(h)
-    dead = diag == 0
-    diag[dead] = 1.0
-    diag += percdamp * diag.mean()
-    with one_thread_on_cpu(h.device):
-        lower = torch.linalg.cholesky(h)
-        h_inv = torch.cholesky_inverse(lower)
-        return torch.linalg.cholesky(h_inv, upper=True), dead
+from ..blockwise import float64_device, inverse_hessian_factor
+from .masks import Structure, lowest_n_of_m, lowest_per_matrix
 
 
 def sparsegpt_prune(
@@ -89,7 +39,7 @@ def sparsegpt_prune(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pruned and reconstructed weight [out, in] (in weight's dtype) and its bool mask
     (True = pruned), both on weight's device. Computed in float64 (module docstring) on
-    `masks.float64_device`."""
+    `blockwise.float64_device`."""
     if structure.is_nm and blocksize % structure.m:
         raise ValueError(f"blocksize {blocksize} must be a multiple of M={structure.m}")
     w = weight.detach().to(float64_device(weight.device), torch.float64, copy=True)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from .masks import Structure, float64_device, lowest_n_of_m, lowest_per_row
+from ..blockwise import float64_device
+from .masks import Structure, lowest_n_of_m, lowest_per_row
 
 
 class InputNorms:
     """Running sum of squared input features of one Linear layer: ||X_j||^2, float64 [in] on the
-    inputs' device (`masks.float64_device`)."""
+    inputs' device (`blockwise.float64_device`)."""
 
     def __init__(self, in_features: int, device):
         self.sq = torch.zeros(in_features, dtype=torch.float64, device=float64_device(device))

@@ -11,16 +11,16 @@ import polars as pl
 from benchmark_illusion.metrics.figures.common import (
     FORMATS,
     SPARSITY_LABEL,
-    _color,
-    _empty,
-    _errorbar,
-    _grid,
-    _label,
-    _label_unstructured,
-    _method_panels,
-    _methods,
-    _save,
-    _shared_legend,
+    empty_panel,
+    errorbar,
+    label_panel,
+    label_unstructured,
+    method_color,
+    method_panels,
+    panel_grid,
+    pruning_methods,
+    save_figure,
+    shared_legend,
 )
 
 
@@ -30,7 +30,7 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
         "SELECT * FROM accuracy WHERE dataset = 'all' AND format IN ('open', 'candidates', 'mc')"
     ).pl()
     models = sorted(df["model"].unique().to_list())
-    fig, axes = _grid(len(models), len(FORMATS))
+    fig, axes = panel_grid(len(models), len(FORMATS))
     for r, model in enumerate(models):
         d = df.filter(pl.col("model") == model)
         dense = d.filter(pl.col("method") == "dense")
@@ -39,16 +39,16 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
             ax = axes[r][c]
             f = d.filter(pl.col("format") == fmt)
             if f.height == 0:
-                _empty(ax, f"format {fmt} not evaluated")
+                empty_panel(ax, f"format {fmt} not evaluated")
                 continue
             base = f.filter(pl.col("method") == "dense")
-            for i, method in enumerate(_methods(f)):
+            for i, method in enumerate(pruning_methods(f)):
                 for structure in sorted(
                     f.filter(pl.col("method") == method)["structure"].unique().to_list()
                 ):
                     m = f.filter((pl.col("method") == method) & (pl.col("structure") == structure))
                     if structure == "unstructured":
-                        _errorbar(
+                        errorbar(
                             ax,
                             pl.concat([base, m]),
                             "sparsity",
@@ -56,11 +56,11 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
                             "ci_low",
                             "ci_high",
                             marker="o",
-                            color=_color(method, i),
+                            color=method_color(method, i),
                             label=method,
                         )
                     else:
-                        _errorbar(
+                        errorbar(
                             ax,
                             m,
                             "sparsity",
@@ -70,11 +70,11 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
                             marker="s",
                             linestyle="none",
                             markerfacecolor="none",
-                            color=_color(method, i),
+                            color=method_color(method, i),
                             label=f"{method} {structure}",
                         )
-            if base.height and not _methods(f):
-                _errorbar(
+            if base.height and not pruning_methods(f):
+                errorbar(
                     ax,
                     base,
                     "sparsity",
@@ -96,14 +96,14 @@ def accuracy_vs_sparsity(con, path: Path) -> None:
         fontsize=12,
         y=1.02,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def mc_only_by_language(con, path: Path) -> None:
     """MC-only rate per benchmark (dataset/language) against sparsity, one panel per method."""
     df = con.sql("SELECT * FROM mc_only").pl()
     models = sorted(df["model"].unique().to_list())
-    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    fig, _, panels = method_panels(df, models, "no pruned checkpoint")
     for ax, model, method, d in panels:
         dense = d.filter(pl.col("method") == "dense")
         m = pl.concat(
@@ -130,7 +130,7 @@ def mc_only_by_language(con, path: Path) -> None:
                 label=f"{dataset}/{lang} (n={n})",
             )
         pooled = m.filter(pl.col("lang") == "all")
-        _errorbar(
+        errorbar(
             ax,
             pooled,
             "sparsity",
@@ -145,7 +145,7 @@ def mc_only_by_language(con, path: Path) -> None:
         floor = pooled.filter(pl.col("method") == method)
         if "perturbation_floor" in floor.columns and floor["perturbation_floor"].drop_nulls().len():
             floor = floor.filter(pl.col("perturbation_floor").is_not_null())
-            _errorbar(
+            errorbar(
                 ax,
                 floor,
                 "sparsity",
@@ -176,7 +176,7 @@ def mc_only_by_language(con, path: Path) -> None:
                 capsize=3,
                 label=f"all pooled, {row['structure']}",
             )
-        _label(
+        label_panel(
             ax, model, method, SPARSITY_LABEL, "MC-only rate (mc right, open wrong)", (-0.03, 1.03)
         )
         ax.legend(fontsize=7)
@@ -185,7 +185,7 @@ def mc_only_by_language(con, path: Path) -> None:
         "(share of selected items recognised but not produced)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 MC_ONLY_STATUSES = {
@@ -202,11 +202,11 @@ def mc_only_split(con, path: Path) -> None:
     MC-only rate and its interval beside the bars."""
     df = con.sql("SELECT * FROM mc_only WHERE lang = 'all'").pl()
     models = sorted(df["model"].unique().to_list())
-    fig, _, panels = _method_panels(df, models, "no pruned checkpoint")
+    fig, _, panels = method_panels(df, models, "no pruned checkpoint")
     for ax, model, method, d in panels:
         m = d.filter(pl.col("method") == method).sort("structure", "sparsity")
         labels = [
-            f"{r['sparsity']:g}{_label_unstructured(r['structure'])}"
+            f"{r['sparsity']:g}{label_unstructured(r['structure'])}"
             for r in m.iter_rows(named=True)
         ]
         x = list(range(m.height))
@@ -216,7 +216,7 @@ def mc_only_split(con, path: Path) -> None:
             ax.bar(x, h, bottom=bottom, color=color, edgecolor="k", linewidth=0.6, label=label)
             bottom = [b + v for b, v in zip(bottom, h, strict=True)]
         sent = m.with_row_index("pos").filter(pl.col("mc_only_sentence_rate").is_not_null())
-        _errorbar(
+        errorbar(
             ax,
             sent,
             "pos",
@@ -228,13 +228,13 @@ def mc_only_split(con, path: Path) -> None:
             label="sentence-tolerant MC-only rate (95% CI)",
         )
         ax.set_xticks(x, labels)
-        _label(ax, model, method, "sparsity", "share of selected items", (0, 1.03))
-    _shared_legend(fig, fig.axes, ncol=3, fontsize=8)
+        label_panel(ax, model, method, "sparsity", "share of selected items", (0, 1.03))
+    shared_legend(fig, fig.axes, ncol=3, fontsize=8)
     fig.suptitle(
         "MC-only items by what became of the open answer (bars sum to the strict MC-only rate)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 SIZE_LABEL = "stored bits per weight (table checkpoints: weight_bits)"
@@ -264,7 +264,7 @@ def accuracy_vs_size(con, path: Path) -> None:
     df = pl.concat([acc, mc_only], how="vertical_relaxed")
     panels = {**FORMATS, "mc_only": "MC-only rate (mc right, open wrong)"}
     models = sorted(df["model"].unique().to_list()) or ["(no checkpoints)"]
-    fig, axes = _grid(len(models), len(panels))
+    fig, axes = panel_grid(len(models), len(panels))
 
     def kind(row: dict) -> str:
         if row["family"] == "quantization":
@@ -280,7 +280,7 @@ def accuracy_vs_size(con, path: Path) -> None:
             ax = axes[r][c]
             f = d.filter(pl.col("format") == fmt)
             if f.height == 0:
-                _empty(ax, f"{fmt} not evaluated" if fmt != "mc_only" else "no MC-only table")
+                empty_panel(ax, f"{fmt} not evaluated" if fmt != "mc_only" else "no MC-only table")
                 continue
             dense = f.filter(pl.col("family") == "dense")
             lines = f.filter(pl.col("family") != "dense").select("method", "kind", "family")
@@ -289,7 +289,7 @@ def accuracy_vs_size(con, path: Path) -> None:
                 nm = family == "pruning" and k != ""
                 # an N:M checkpoint or a variant made elsewhere: a point of its own, no line
                 alone = nm or family == "variant"
-                _errorbar(
+                errorbar(
                     ax,
                     (m if alone else pl.concat([dense, m])).sort("weight_bits"),
                     "weight_bits",
@@ -301,13 +301,13 @@ def accuracy_vs_size(con, path: Path) -> None:
                     ],
                     linestyle="none" if alone else "-",
                     markerfacecolor="none" if nm else None,
-                    color=_color(method, i),
+                    color=method_color(method, i),
                     label=f"{method} {k}".strip(),
                 )
             if dense.height:
                 ax.plot(dense["weight_bits"], dense["value"], "k*", markersize=10, label="dense")
             ax.invert_xaxis()  # more compression to the right
-            _label(ax, model, title, SIZE_LABEL, "rate on selected items", (-0.03, 1.03))
+            label_panel(ax, model, title, SIZE_LABEL, "rate on selected items", (-0.03, 1.03))
             ax.legend(fontsize=7)
     fig.suptitle(
         "Pruning and quantization at matched size: accuracy and MC-only rate against stored "
@@ -315,4 +315,4 @@ def accuracy_vs_size(con, path: Path) -> None:
         fontsize=12,
         y=1.02,
     )
-    _save(fig, path)
+    save_figure(fig, path)

@@ -39,11 +39,11 @@ METHOD_COLORS = {
 }
 
 
-def _color(method: str, i: int = 0) -> str:
+def method_color(method: str, i: int = 0) -> str:
     return METHOD_COLORS.get(method, f"C{3 + i}")
 
 
-def _save(fig, path: Path) -> None:
+def save_figure(fig, path: Path) -> None:
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,7 +53,7 @@ def _save(fig, path: Path) -> None:
     log.info("wrote %s", path)
 
 
-def _grid(n_rows: int, n_cols: int, width: float = 4.2, height: float = 3.4):
+def panel_grid(n_rows: int, n_cols: int, width: float = 4.2, height: float = 3.4):
     fig, axes = plt.subplots(
         max(n_rows, 1),
         max(n_cols, 1),
@@ -63,7 +63,7 @@ def _grid(n_rows: int, n_cols: int, width: float = 4.2, height: float = 3.4):
     return fig, axes
 
 
-def _empty(ax, text: str) -> None:
+def empty_panel(ax, text: str) -> None:
     ax.text(
         0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4"
     )
@@ -71,7 +71,7 @@ def _empty(ax, text: str) -> None:
     ax.set_yticks([])
 
 
-def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> None:
+def errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> None:
     df = df.sort(x)
     yerr = [
         (df[y] - df[lo]).clip(lower_bound=0).to_list(),
@@ -80,7 +80,7 @@ def _errorbar(ax, df: pl.DataFrame, x: str, y: str, lo: str, hi: str, **kw) -> N
     ax.errorbar(df[x].to_list(), df[y].to_list(), yerr=yerr, capsize=3, **kw)
 
 
-def _methods(df: pl.DataFrame) -> list[str]:
+def pruning_methods(df: pl.DataFrame) -> list[str]:
     """The pruning methods of the rows (the sparsity figures' panels and lines): neither dense
     nor quantized (a `bits` value; quantized checkpoints are drawn by accuracy_vs_size) nor a
     perturbed twin (noise0-wanda: its rates are drawn as the perturbation floor, where a figure
@@ -90,25 +90,25 @@ def _methods(df: pl.DataFrame) -> list[str]:
     return sorted(m for m in df["method"].unique().to_list() if m != "dense" and not is_control(m))
 
 
-def _label_unstructured(structure: str) -> str:
+def label_unstructured(structure: str) -> str:
     return "" if structure == "unstructured" else f" {structure}"
 
 
-def _method_panels(df: pl.DataFrame, models: list[str], empty: str):
+def method_panels(df: pl.DataFrame, models: list[str], empty: str):
     """A figure with one row per model and one panel per pruning method of that model.
 
     Returns (fig, axes, panels); panels yields (ax, model, method, the model's rows). A model
     without pruned rows gets `empty` in its first panel; panels a row does not use are hidden.
     """
-    n_cols = max([len(_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
-    fig, axes = _grid(len(models), n_cols)
+    n_cols = max([len(pruning_methods(df.filter(pl.col("model") == m))) for m in models] + [1])
+    fig, axes = panel_grid(len(models), n_cols)
 
     def panels():
         for r, model in enumerate(models):
             d = df.filter(pl.col("model") == model)
-            methods = _methods(d)
+            methods = pruning_methods(d)
             if not methods:
-                _empty(axes[r][0], f"{model}: {empty}")
+                empty_panel(axes[r][0], f"{model}: {empty}")
             for c in range(max(len(methods), 1), n_cols):
                 axes[r][c].set_visible(False)
             for c, method in enumerate(methods):
@@ -117,7 +117,7 @@ def _method_panels(df: pl.DataFrame, models: list[str], empty: str):
     return fig, axes, panels()
 
 
-def _label(
+def label_panel(
     ax,
     model: str,
     method: str,
@@ -136,7 +136,7 @@ def _label(
 SPARSITY_LABEL = "sparsity (fraction of weights zeroed)"
 
 
-def _shared_legend(fig, axes, ncol: int, fontsize: int, title: str | None = None) -> None:
+def shared_legend(fig, axes, ncol: int, fontsize: int, title: str | None = None) -> None:
     """One legend under the figure with every label of `axes` once (at most ncol columns)."""
     handles = {}
     for ax in axes:

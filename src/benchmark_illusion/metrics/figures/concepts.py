@@ -10,11 +10,11 @@ import numpy as np
 import polars as pl
 
 from benchmark_illusion.metrics.figures.common import (
-    _empty,
-    _grid,
-    _label_unstructured,
-    _method_panels,
-    _save,
+    empty_panel,
+    label_unstructured,
+    method_panels,
+    panel_grid,
+    save_figure,
 )
 
 CONCEPT_FIGURES = ("concept_coverage", "concept_extremes", "concept_damage")
@@ -28,7 +28,7 @@ def _concept_name(row: dict, width: int = 34) -> str:
 
 def _bars(ax, df: pl.DataFrame, value: str, title: str, xlabel: str, color: str) -> None:
     if df.height == 0:
-        _empty(ax, "no concept with enough support")
+        empty_panel(ax, "no concept with enough support")
         ax.set_title(title, fontsize=10)
         return
     rows = df.to_dicts()
@@ -55,13 +55,13 @@ def concept_coverage(con, path: Path) -> None:
     """Distribution of chi_bench over the active concepts, per benchmark and across (log x)."""
     df = con.sql("SELECT * FROM chi_bench").pl()
     models = sorted(df["model"].unique().to_list())
-    fig, axes = _grid(len(models), 1, width=8.0, height=3.8)
+    fig, axes = panel_grid(len(models), 1, width=8.0, height=3.8)
     for r, model in enumerate(models):
         ax = axes[r][0]
         d = df.filter(pl.col("model") == model)
         active = d.filter((pl.col("n_active") > 0) & (pl.col("chi_bench") > 0))
         if active.height == 0:
-            _empty(ax, f"{model}: no active concept")
+            empty_panel(ax, f"{model}: no active concept")
             continue
         lo, hi = float(active["chi_bench"].min()), float(active["chi_bench"].max())
         bins = np.logspace(np.log10(lo) - 0.05, np.log10(hi) + 0.05, 40)
@@ -121,7 +121,7 @@ def concept_coverage(con, path: Path) -> None:
         "How well the benchmarks cover each concept (chi_bench distribution over active concepts)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def concept_extremes(con, path: Path) -> None:
@@ -132,7 +132,7 @@ def concept_extremes(con, path: Path) -> None:
         AND format = 'open'
                           AND supported AND population = 'pool'""").pl()
     models = sorted(bench["model"].unique().to_list())
-    fig, axes = _grid(len(models), 4, width=4.6, height=4.2)
+    fig, axes = panel_grid(len(models), 4, width=4.6, height=4.2)
     n = 10
     for r, model in enumerate(models):
         b = bench.filter(pl.col("model") == model)
@@ -176,7 +176,7 @@ def concept_extremes(con, path: Path) -> None:
         "and dense-model performance (chi_model)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 NO_SIGNIFICANT_DAMAGE = "no concept is significantly damaged"
@@ -185,7 +185,7 @@ NO_SIGNIFICANT_DAMAGE = "no concept is significantly damaged"
 def concept_damage(con, path: Path) -> None:
     """Per method: the concepts pruning damages beyond their languages
     (concept_damage.significant_open)."""
-    _save(_concept_damage_figure(con), path)
+    save_figure(_concept_damage_figure(con), path)
 
 
 def _concept_damage_figure(con):
@@ -201,13 +201,13 @@ def _concept_damage_figure(con):
                       ORDER BY excess_open DESC, q_open, sparsity, structure, concept""").pl()
     methods = con.sql("SELECT DISTINCT model, method FROM concept_damage").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM chi_bench").pl()["model"].to_list())
-    fig, _, panels = _method_panels(methods, models, "no pruned checkpoint")
+    fig, _, panels = method_panels(methods, models, "no pruned checkpoint")
     n = 12
     for ax, model, method, _d in panels:
         m = best.filter((pl.col("model") == model) & (pl.col("method") == method)).head(n)
         ax.set_title(f"{model}: {method}", fontsize=10)
         if m.height == 0:
-            _empty(ax, NO_SIGNIFICANT_DAMAGE)
+            empty_panel(ax, NO_SIGNIFICANT_DAMAGE)
             continue
         rows = m.to_dicts()
         y = list(range(len(rows)))[::-1]
@@ -252,7 +252,7 @@ def _concept_damage_figure(con):
         ax.set_yticks(y)
         ax.set_yticklabels(
             [
-                f"{_concept_name(r, 26)}  s{r['sparsity']:g}{_label_unstructured(r['structure'])} "
+                f"{_concept_name(r, 26)}  s{r['sparsity']:g}{label_unstructured(r['structure'])} "
                 f"q{r['q_open']:.2g}"
                 for r in rows
             ],

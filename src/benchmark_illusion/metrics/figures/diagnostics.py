@@ -16,14 +16,14 @@ from benchmark_illusion.metrics.figures.common import (  # noqa: E402
     DECODES,
     FORMATS,
     SPARSITY_LABEL,
-    _empty,
-    _errorbar,
-    _grid,
-    _label,
-    _label_unstructured,
-    _method_panels,
-    _save,
-    _shared_legend,
+    empty_panel,
+    errorbar,
+    label_panel,
+    label_unstructured,
+    method_panels,
+    panel_grid,
+    save_figure,
+    shared_legend,
 )
 
 
@@ -31,7 +31,7 @@ def gold_rank_cdf(con, path: Path) -> None:
     """CDF of the gold first-token rank of MC-only items, pruned vs dense on the same items."""
     df = con.sql("SELECT * FROM gold_rank_cdf WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    fig, _, panels = _method_panels(df, models, "no MC-only items at any sparsity")
+    fig, _, panels = method_panels(df, models, "no MC-only items at any sparsity")
     for ax, model, method, d in panels:
         ckpts = (
             d.filter(pl.col("method") == method)
@@ -56,16 +56,15 @@ def gold_rank_cdf(con, path: Path) -> None:
                 if x[1] == 1:
                     x, y = x[1:], y[1:]
                 label = (
-                    f"{sparsity:g}{_label_unstructured(structure)} pruned "
-                    f"(n={int(s['n_items'][0])})"
+                    f"{sparsity:g}{label_unstructured(structure)} pruned (n={int(s['n_items'][0])})"
                     if series == "pruned"
-                    else f"{sparsity:g}{_label_unstructured(structure)} dense, same items"
+                    else f"{sparsity:g}{label_unstructured(structure)} dense, same items"
                 )
                 ax.step(
                     x, y, where="post", linestyle=style, color=color, label=label, linewidth=1.6
                 )
         ax.set_xscale("log")
-        _label(
+        label_panel(
             ax,
             model,
             method,
@@ -79,14 +78,14 @@ def gold_rank_cdf(con, path: Path) -> None:
         "Gold first-token rank of MC-only items: pruned checkpoint (solid) vs dense model (dotted)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def recovery_by_decode(con, path: Path) -> None:
     """Share of MC-only items each recovery decode recovers, against sparsity."""
     df = con.sql("SELECT * FROM recovery WHERE dataset = 'all'").pl()
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    fig, axes, panels = _method_panels(df, models, "no MC-only items, or recovery decodes off")
+    fig, axes, panels = method_panels(df, models, "no MC-only items, or recovery decodes off")
     for ax, model, method, d in panels:
         m = d.filter(pl.col("method") == method)
         decodes = [k for k in DECODES if k in set(m["decode"].to_list())]
@@ -100,12 +99,12 @@ def recovery_by_decode(con, path: Path) -> None:
                 else dict(color=f"C{i}", marker="o")
             )
             if s.height:
-                _errorbar(
+                errorbar(
                     ax, s, "sparsity", "rate", "ci_low", "ci_high", label=DECODES[decode], **style
                 )
             if decode == "oracle" and s.height and s["false_recovery_rate"].is_not_null().any():
                 f = s.filter(pl.col("false_recovery_rate").is_not_null())
-                _errorbar(
+                errorbar(
                     ax,
                     f,
                     "sparsity",
@@ -130,8 +129,10 @@ def recovery_by_decode(con, path: Path) -> None:
                 fontsize=7,
                 color="0.3",
             )
-        _label(ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1))
-    _shared_legend(
+        label_panel(
+            ax, model, method, SPARSITY_LABEL, "share of MC-only items recovered", (-0.03, 1.1)
+        )
+    shared_legend(
         fig, axes.flat, ncol=6, fontsize=9, title="decode (error bars: 95% bootstrap intervals)"
     )
     fig.suptitle(
@@ -139,7 +140,7 @@ def recovery_by_decode(con, path: Path) -> None:
         "(demoted if any decode recovers them; n = MC-only items)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def oracle_vs_sparsity(con, path: Path) -> None:
@@ -156,14 +157,14 @@ def oracle_vs_sparsity(con, path: Path) -> None:
     )
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
     empty = "no pruned checkpoint" if complete else "oracle needs evaluation.recovery.scope: all"
-    fig, axes, panels = _method_panels(df if complete else df.clear(), models, empty)
+    fig, axes, panels = method_panels(df if complete else df.clear(), models, empty)
     for ax, model, method, d in panels:
         rows = d.filter(pl.col("method").is_in(["dense", method]) & pl.col("complete"))
         for decode, style in (
             ("greedy", dict(color="tab:red", marker="o", label="greedy")),
             ("oracle", dict(color="k", marker="D", linewidth=2.2, label="oracle (any decode)")),
         ):
-            _errorbar(
+            errorbar(
                 ax,
                 rows.filter(pl.col("decode") == decode),
                 "sparsity",
@@ -173,14 +174,16 @@ def oracle_vs_sparsity(con, path: Path) -> None:
                 **style,
             )
         n = int(rows["n_items"].max() or 0) if rows.height else 0
-        _label(ax, model, method, SPARSITY_LABEL, "accuracy on all selected items", (-0.03, 1.03))
+        label_panel(
+            ax, model, method, SPARSITY_LABEL, "accuracy on all selected items", (-0.03, 1.03)
+        )
         ax.legend(fontsize=8, title=f"n = {n} items", title_fontsize=8)
     fig.suptitle(
         "Greedy vs oracle accuracy over all selected items "
         "(95% bootstrap intervals; table: oracle)",
         fontsize=12,
     )
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def _checkpoint_label(row: dict) -> str:
@@ -188,7 +191,7 @@ def _checkpoint_label(row: dict) -> str:
         return "dense"
     if row.get("bits") is not None:
         return f"{row['method']} {row['structure']}"
-    return f"{row['method']}{_label_unstructured(row['structure'])} {row['sparsity']:.2f}"
+    return f"{row['method']}{label_unstructured(row['structure'])} {row['sparsity']:.2f}"
 
 
 def position_bias(con, path: Path) -> None:
@@ -200,7 +203,7 @@ def position_bias(con, path: Path) -> None:
         pl.col("method").map_elements(lambda m: not is_control(m), return_dtype=pl.Boolean)
     )
     models = sorted(con.sql("SELECT DISTINCT model FROM item_outcomes").pl()["model"].to_list())
-    fig, axes = _grid(
+    fig, axes = panel_grid(
         len(models),
         2,
         width=5.2,
@@ -211,7 +214,7 @@ def position_bias(con, path: Path) -> None:
             ax = axes[r][c]
             d = df.filter((pl.col("model") == model) & (pl.col("format") == fmt))
             if d.height == 0:
-                _empty(ax, f"no {fmt} rows")
+                empty_panel(ax, f"no {fmt} rows")
                 continue
             # bits (NULL unless quantized) names a quantized checkpoint by its grid alone
             keys = ["method", "structure", "sparsity"] + (["bits"] if "bits" in d.columns else [])
@@ -262,4 +265,4 @@ def position_bias(con, path: Path) -> None:
     fig.suptitle(
         "Position bias: share of items whose chosen option sits at each position", fontsize=12
     )
-    _save(fig, path)
+    save_figure(fig, path)

@@ -14,7 +14,7 @@ Each resource comes from a maintained package where one exists, pinned in pyproj
 - word breaks: jieba (Chinese) and pythainlp's newmm (Thai);
 - negation, alternative and doubt cues: written here, per language (NEGATION_BEFORE, ...).
 
-Token positions (`located_tokens`). The judge compares the tokens of evaluation/text.py
+Token positions (`located_tokens`). The judge compares the tokens of textnorm.py
 (`tokenize`); its new rules need to know where each token stands in the original line: which
 clause it is in (commas, semicolons, colons, sentence ends and dashes separate clauses; a
 separator between two digits, as in "1,500" or "3.5", does not), whether it is written with a
@@ -33,17 +33,17 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from benchmark_illusion.evaluation.text import (
-    _APOSTROPHES,
-    _FOLD,
-    _INVISIBLE,
-    _MINUS,
-    _SPACE_LIKE,
-    _is_english,
-    _is_greek,
-    _is_unspaced_char,
-    _starts_token,
+from benchmark_illusion.textnorm import (
+    APOSTROPHES,
+    FOLD,
+    INVISIBLE,
+    MINUS,
+    SPACE_LIKE,
+    is_english,
+    is_greek,
+    is_unspaced_char,
     normalize,
+    starts_token,
     tokenize,
 )
 
@@ -86,15 +86,15 @@ class Located:
 
 def _char_norm(ch: str, prev: str, nxt: str) -> str:
     """What `normalize` makes of one character (before the English article rule)."""
-    if ch in _INVISIBLE:
+    if ch in INVISIBLE:
         return ""
-    if ch in _MINUS:
-        return "-" if nxt.isdecimal() and _starts_token(prev) else ""
-    if ch in _APOSTROPHES or ch in _SPACE_LIKE:
+    if ch in MINUS:
+        return "-" if nxt.isdecimal() and starts_token(prev) else ""
+    if ch in APOSTROPHES or ch in SPACE_LIKE:
         return " "
     out = []
     text = unicodedata.normalize("NFC", unicodedata.normalize("NFKC", ch).casefold())
-    if any(_is_greek(c) for c in text):
+    if any(is_greek(c) for c in text):
         text = unicodedata.normalize(
             "NFC",
             "".join(c for c in unicodedata.normalize("NFD", text) if not unicodedata.combining(c)),
@@ -108,7 +108,7 @@ def _char_norm(ch: str, prev: str, nxt: str) -> str:
         elif c.isspace():
             out.append(" ")
         else:
-            out.append(_FOLD.get(c, c))
+            out.append(FOLD.get(c, c))
     return "".join(out)
 
 
@@ -133,7 +133,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
                 sentence += 1
         norm = _char_norm(ch, prev, nxt)
         at_char[i] = (clause, sentence)
-        if ch not in _INVISIBLE:
+        if ch not in INVISIBLE:
             prev = ch
         for c in norm:
             if c == " ":
@@ -150,7 +150,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
         return None
     out: list[Located] = []
     last_sentence = -1
-    english = _is_english(lang)
+    english = is_english(lang)
     for w in words:
         text = "".join(c for c, _, _ in w)
         if english and text in ("a", "an", "the"):
@@ -159,7 +159,7 @@ def located_tokens(line: str, lang: str) -> tuple[Located, ...] | None:
         runs: list[list[tuple[str, int, int]]] = []
         run: list[tuple[str, int, int]] = []
         for item in w:
-            if _is_unspaced_char(item[0]) and not item[0].isdigit():
+            if is_unspaced_char(item[0]) and not item[0].isdigit():
                 if run:
                     runs.append(run)
                     run = []
