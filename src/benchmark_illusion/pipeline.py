@@ -21,6 +21,7 @@ from transformers import AutoTokenizer
 
 from benchmark_illusion.compression import calibration as cal
 from benchmark_illusion.compression import quantization as quant
+from benchmark_illusion.compression.methods import needs_calibration
 from benchmark_illusion.compression.names import describe_checkpoint
 from benchmark_illusion.compression.perturbation import control_of
 from benchmark_illusion.compression.pruning.layerwise import (
@@ -408,7 +409,7 @@ def prune_settings(params: dict, method: str, structure: str, sparsity: float):
     size only for methods with calibration data, sparsegpt's settings only for sparsegpt);
     raises ValueError for an inconsistent combination."""
     kwargs = {}
-    if method != "magnitude":
+    if needs_calibration(method):
         kwargs["batch_size"] = params["batch_size"]
     if method == "sparsegpt":
         kwargs.update(

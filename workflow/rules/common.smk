@@ -20,6 +20,7 @@ from benchmark_illusion.compression.structures import (
     Grid,
     parse_structure,
 )
+from benchmark_illusion.compression import methods as method_defs
 from benchmark_illusion.models import variants as variant_defs
 
 try:
@@ -60,9 +61,9 @@ HUB_VARIANTS = sorted((m, v) for m, v, spec in VARIANTS if spec["source"] == "hu
 # Checkpoint wildcards, one place for the rules: {method}/{structure} of a pruned or a quantized
 # checkpoint (a quantized one's {sparsity} is 0; its structure names the grid, e.g. int4-g128).
 REPLICATE = "(?:-s(?:0|[1-9][0-9]*))?"  # <method>-s<seed>: a replicate (pruning.seeds)
-PRUNE_METHODS = f"(?:magnitude|wanda|sparsegpt){REPLICATE}"
+PRUNE_METHODS = f"(?:{'|'.join(method_defs.PRUNE_METHODS)}){REPLICATE}"
 PRUNE_STRUCTURES = "unstructured|[0-9]+of[0-9]+"
-QUANT_METHODS = f"(?:rtn|gptq){REPLICATE}"
+QUANT_METHODS = f"(?:{'|'.join(method_defs.QUANT_METHODS)}){REPLICATE}"
 QUANT_STRUCTURES = STRUCTURE_PATTERN
 VARIANT_METHODS = one_of(VARIANT_NAMES)
 # A twin of a pruned or quantized checkpoint or a variant: <kind><seed>-<source method> (noise,
@@ -79,15 +80,14 @@ CONTROL_METHODS = (
 )
 PERTURBATION = config["controls"]["perturbation"]
 PERTURBATION_SEEDS = PERTURBATION["seeds"]
-CALIBRATED = ("wanda", "sparsegpt", "gptq")  # the methods that read calibration windows
 
 
 def method_seeds(method):
     """The calibration seeds of `method`'s replicates (pruning.seeds / quantization.seeds, null:
     [seed]); methods without calibration get one replicate."""
-    section = "quantization" if method in ("rtn", "gptq") else "pruning"
+    section = "quantization" if method_defs.is_quantization(method) else "pruning"
     seeds = config[section].get("seeds") or [config["seed"]]
-    return seeds if method in CALIBRATED else seeds[:1]
+    return seeds if method_defs.needs_calibration(method) else seeds[:1]
 
 
 def dataset_langs():
@@ -333,7 +333,7 @@ def get_calibration_input(wildcards):
     from benchmark_illusion.compression.names import parse_replicate
 
     base, seed = parse_replicate(wildcards.method)
-    if base in ("magnitude", "rtn"):
+    if not method_defs.needs_calibration(base):
         return []
     if seed is None:
         seed = method_seeds(base)[0]

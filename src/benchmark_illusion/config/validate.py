@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from benchmark_illusion.compression.methods import CALIBRATED
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw
 from benchmark_illusion.data.raw import raw_path_for
@@ -278,9 +279,11 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     files hold fewer characters in all their passages than the tokens it asks for (a token
     covers at least one character; the exact count is checked when the windows are cut)."""
     cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
-    needs = (set(pruning.get("methods", [])) - {"magnitude"}) | (
-        set((config.get("quantization") or {}).get("methods", [])) - {"rtn"}
-    )
+    needs = [
+        m
+        for m in pruning.get("methods", []) + (config.get("quantization") or {}).get("methods", [])
+        if m in CALIBRATED
+    ]
     if cal.get("source", "heldout_items") != "heldout_items" or not needs:
         return []
     datasets = config.get("datasets", {})

@@ -18,12 +18,12 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from ..methods import PRUNE_METHODS as METHODS
+from ..methods import needs_calibration
 from .magnitude import magnitude_mask
 from .masks import Structure, nm_violations
 from .sparsegpt import Hessian, sparsegpt_prune
 from .wanda import InputNorms, wanda_mask
-
-METHODS = ("magnitude", "wanda", "sparsegpt")
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ def prune_model(
     windows: [n, seq_len] calibration token ids (unused by magnitude, may be None then).
     """
     t0 = time.perf_counter()
-    needs_data = settings.method != "magnitude" and settings.sparsity > 0
+    needs_data = needs_calibration(settings.method) and settings.sparsity > 0
     statistic = None
     if needs_data:
         statistic = InputNorms if settings.method == "wanda" else Hessian
