@@ -21,6 +21,8 @@ from benchmark_illusion.compression.structures import (
     parse_structure,
 )
 from benchmark_illusion.compression import methods as method_defs
+from benchmark_illusion.metrics.figures import names as figure_names
+from benchmark_illusion.metrics.figures.names import figure_file
 from benchmark_illusion.models import variants as variant_defs
 
 try:
@@ -584,25 +586,15 @@ CONCEPTS = config["concepts"]["enabled"]
 # `competency_gaps` adds the concept tables in results/illusion.duckdb; otherwise `aggregate`
 # writes results/illusion.duckdb itself.
 METRICS_DB = "results/metrics.duckdb" if CONCEPTS else "results/illusion.duckdb"
-CONCEPT_FIGURES = [
-    "results/figures/concept_coverage.png",
-    "results/figures/concept_extremes.png",
-    "results/figures/concept_damage.png",
-]
 
 
 def get_final_output():
     """Targets of the default target `all` (the database and the figures; the report is built
     from them)."""
-    return [
-        "results/illusion.duckdb",
-        "results/figures/accuracy_vs_sparsity.png",
-        "results/figures/mc_only_by_language.png",
-        "results/figures/mc_only_split.png",
-        "results/figures/gold_rank_cdf.png",
-        "results/figures/recovery_by_decode.png",
-        "results/figures/position_bias.png",
-    ] + (CONCEPT_FIGURES if CONCEPTS else [])
+    figures = figure_names.METRIC_FIGURES
+    if CONCEPTS:
+        figures += figure_names.CONCEPT_FIGURES
+    return ["results/illusion.duckdb"] + [figure_file(name) for name in figures]
 
 
 def get_sae_input(wildcards):

@@ -93,24 +93,15 @@ rule concept_figures:
     input:
         "results/illusion.duckdb",
     output:
-        report(
-            CONCEPT_FIGURES[0],
-            caption="../report/concept_coverage.rst",
-            category="Concepts",
-            labels={"figure": "5 concept coverage"},
-        ),
-        report(
-            CONCEPT_FIGURES[1],
-            caption="../report/concept_extremes.rst",
-            category="Concepts",
-            labels={"figure": "6 top and bottom concepts"},
-        ),
-        report(
-            CONCEPT_FIGURES[2],
-            caption="../report/concept_damage.rst",
-            category="Concepts",
-            labels={"figure": "7 concepts damaged by pruning"},
-        ),
+        [
+            report(
+                figure_file(name),
+                caption=f"../report/{name}.rst",
+                category="Concepts",
+                labels={"figure": label},
+            )
+            for name, label in figure_names.CONCEPT_LABELS.items()
+        ],
     log:
         "logs/concept_figures.log",
     script:
