@@ -23,8 +23,8 @@ from benchmark_illusion.concepts.gaps import (
     run_concept_sql,
     stability,
 )
-from benchmark_illusion.metrics.figures.concepts import CONCEPT_FIGURES
 from benchmark_illusion.metrics.figures.make import make_figures
+from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES
 from test_sql import DENSE, POOL, PRUNED, build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -982,3 +982,19 @@ def test_planning_the_dag_imports_no_torch(tmp_path):
     assert "results/checkpoints/smollm2-135m/wanda/2of4/0.5" in out, out
     assert "results/checkpoints/smollm2-135m/gptq/int4-g128/0" in out, out
     assert heavy == set()
+
+
+def test_schema_method_enums_are_the_registrys():
+    """The config schema's method enums are the method registry's names, kind by kind."""
+    from benchmark_illusion.compression import methods
+
+    schema = yaml.safe_load(SCHEMA_PATH.read_text())["properties"]
+    enum = {
+        section: schema[section]["properties"]["methods"]["items"]["enum"]
+        for section in ("pruning", "quantization")
+    }
+    assert enum == {
+        "pruning": list(methods.PRUNE_METHODS),
+        "quantization": list(methods.QUANT_METHODS),
+    }
+    assert set(methods.CALIBRATED) <= set(methods.NAMES)

@@ -30,6 +30,7 @@ import yaml
 
 from benchmark_illusion.evaluation.evaluate import LOG_SCHEMA
 from benchmark_illusion.metrics import dbfile
+from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES, METRIC_FIGURES
 from conftest import swap_two_tokens
 from dag import planned_jobs
 from slurm.helpers import skip_reason, squeue_history
@@ -994,17 +995,7 @@ METRIC_TABLES = (
     "bootstrap_units",
     "bootstrap_weights",
 )
-FIGURES = (
-    "accuracy_vs_sparsity",
-    "mc_only_by_language",
-    "gold_rank_cdf",
-    "recovery_by_decode",
-    "position_bias",
-    "oracle_vs_sparsity",
-    "concept_coverage",
-    "concept_extremes",
-    "concept_damage",
-)
+FIGURES = METRIC_FIGURES + CONCEPT_FIGURES
 
 
 def test_every_metric_table_is_non_empty_with_intervals(smoke_run):

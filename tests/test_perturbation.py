@@ -32,7 +32,7 @@ from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prun
 from benchmark_illusion.compression.steps import control_file, perturb_file
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.config import params as rule_params
-from benchmark_illusion.metrics.aggregate import create_views, run_metric_sql
+from benchmark_illusion.metrics.aggregate import create_views, perturbation_rows, run_metric_sql
 from benchmark_illusion.models.keys import CheckpointKey
 from conftest import ROOT, make_tiny_model
 from dag import planned_jobs
@@ -201,7 +201,7 @@ def test_the_same_seed_gives_the_same_bytes_another_seed_other_weights(tiny_dirs
     assert prov["perturbation"]["seed"] == 1 and "weights_sha256" in prov
     assert (outs["c"] / "tokenizer.json").is_file()
     # the aggregation's rows from the folder
-    (r,) = perturbation.report_rows([outs["c"]])
+    (r,) = perturbation_rows([outs["c"]])
     assert r[:6] == ("tiny", "noise1-magnitude", "unstructured", 0.3, 1, "magnitude")
     with pytest.raises(ValueError, match="no perturbed method"):
         perturb_file(
@@ -337,7 +337,7 @@ def test_damage_twins_and_the_placebo_are_written_with_their_damage(tiny_dirs, t
         assert r["kind"] == "damage" and r["dense_nll"] > 0
     assert p["control"] == "placebo" and p["seed"] == PLACEBO_SEED
     assert sha(tmp_path / "d") != sha(tmp_path / "p")  # another draw of the same damage
-    (row_,) = perturbation.report_rows([tmp_path / "p"])
+    (row_,) = perturbation_rows([tmp_path / "p"])
     assert row_[9:11] == ("damage", "placebo") and row_[-1] is True
 
 

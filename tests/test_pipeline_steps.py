@@ -3,7 +3,7 @@
 A rule's params are Snakemake's re-run triggers, so a step that read a config key its params
 do not carry would give stale results silently when that key changed. Here every step runs on
 a tiny model with exactly the params its rule passes (benchmark_illusion.config.params, which
-workflow/rules/common.smk calls), wrapped so that reading any other key raises.
+workflow/rules/inputs.smk calls), wrapped so that reading any other key raises.
 """
 
 from __future__ import annotations

@@ -29,54 +29,15 @@ rule figures:
         # the metric tables only: a change of concept settings does not redraw these
         METRICS_DB,
     output:
-        report(
-            "results/figures/accuracy_vs_sparsity.png",
-            caption="../report/accuracy_vs_sparsity.rst",
-            category="Figures",
-            labels={"figure": "1 accuracy vs sparsity"},
-        ),
-        report(
-            "results/figures/mc_only_by_language.png",
-            caption="../report/mc_only_by_language.rst",
-            category="Figures",
-            labels={"figure": "2 MC-only rate by language"},
-        ),
-        report(
-            "results/figures/mc_only_split.png",
-            caption="../report/mc_only_split.rst",
-            category="Figures",
-            labels={"figure": "2b MC-only items by status"},
-        ),
-        report(
-            "results/figures/gold_rank_cdf.png",
-            caption="../report/gold_rank_cdf.rst",
-            category="Figures",
-            labels={"figure": "3 gold-rank CDF"},
-        ),
-        report(
-            "results/figures/recovery_by_decode.png",
-            caption="../report/recovery_by_decode.rst",
-            category="Figures",
-            labels={"figure": "4 recovery by decode"},
-        ),
-        report(
-            "results/figures/position_bias.png",
-            caption="../report/position_bias.rst",
-            category="Figures",
-            labels={"figure": "5 position bias"},
-        ),
-        report(
-            "results/figures/oracle_vs_sparsity.png",
-            caption="../report/oracle_vs_sparsity.rst",
-            category="Figures",
-            labels={"figure": "6 greedy vs oracle accuracy"},
-        ),
-        report(
-            "results/figures/accuracy_vs_size.png",
-            caption="../report/accuracy_vs_size.rst",
-            category="Figures",
-            labels={"figure": "7 pruning and quantization at matched size"},
-        ),
+        [
+            report(
+                figure_file(name),
+                caption=f"../report/{name}.rst",
+                category="Figures",
+                labels={"figure": label},
+            )
+            for name, label in figure_names.METRIC_LABELS.items()
+        ],
     log:
         "logs/figures.log",
     script:

@@ -13,7 +13,7 @@ rule sae:
     benchmark:
         "logs/benchmarks/sae/{model}.tsv"
     priority: 20
-    threads: threads_of("sae")  # 4 (capped at --cores): common.smk
+    threads: threads_of("sae")  # 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("sae"),
         mem_mb=sized("sae", "mem_mb"),
@@ -34,7 +34,7 @@ rule concept_labels:
         "logs/concept_labels/{model}.log",
     benchmark:
         "logs/benchmarks/concept_labels/{model}.tsv"
-    threads: threads_of("concept_labels")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("concept_labels")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("concepts"),
         mem_mb=sized("concepts", "mem_mb"),
@@ -57,7 +57,7 @@ rule concept_activations:
         "logs/concept_activations/{model}/{dataset}/{lang}.log",
     benchmark:
         "logs/benchmarks/concept_activations/{model}/{dataset}/{lang}.tsv"
-    threads: threads_of("concept_activations")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("concept_activations")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("concepts"),
         mem_mb=sized("concepts", "mem_mb"),
@@ -93,24 +93,15 @@ rule concept_figures:
     input:
         "results/illusion.duckdb",
     output:
-        report(
-            CONCEPT_FIGURES[0],
-            caption="../report/concept_coverage.rst",
-            category="Concepts",
-            labels={"figure": "5 concept coverage"},
-        ),
-        report(
-            CONCEPT_FIGURES[1],
-            caption="../report/concept_extremes.rst",
-            category="Concepts",
-            labels={"figure": "6 top and bottom concepts"},
-        ),
-        report(
-            CONCEPT_FIGURES[2],
-            caption="../report/concept_damage.rst",
-            category="Concepts",
-            labels={"figure": "7 concepts damaged by pruning"},
-        ),
+        [
+            report(
+                figure_file(name),
+                caption=f"../report/{name}.rst",
+                category="Concepts",
+                labels={"figure": label},
+            )
+            for name, label in figure_names.CONCEPT_LABELS.items()
+        ],
     log:
         "logs/concept_figures.log",
     script:

@@ -9,7 +9,7 @@ rule evaluate_pool:
     benchmark:
         "logs/benchmarks/evaluate_pool/{model}/{dataset}/{lang}.tsv"
     priority: 30  # gates the item selection, hence every evaluate job: see docs/cluster.md
-    threads: threads_of("evaluate_pool")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("evaluate_pool")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("evaluate"),
         mem_mb=sized("evaluate", "mem_mb"),

@@ -35,7 +35,7 @@ rule prune:
         method=PRUNE_METHODS,
         structure=PRUNE_STRUCTURES,
     priority: 20  # a checkpoint first, its evaluations after: see docs/cluster.md
-    threads: threads_of("prune")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("prune")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("prune"),
         mem_mb=sized("prune", "mem_mb"),
@@ -63,7 +63,7 @@ rule quantize:
         structure=QUANT_STRUCTURES,
         sparsity="0",
     priority: 20
-    threads: threads_of("quantize")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("quantize")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("prune"),
         mem_mb=sized("prune", "mem_mb"),  # the same block-by-block pass as pruning
@@ -92,7 +92,7 @@ rule evaluate:
         # elsewhere, on their base model's selected items
         method=f"dense|{PRUNE_METHODS}|{QUANT_METHODS}|{PERTURBED_METHODS}|{VARIANT_METHODS}|{CONTROL_METHODS}",
         structure=f"none|{PRUNE_STRUCTURES}|{QUANT_STRUCTURES}|{VARIANT_STRUCTURE}",
-    threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): common.smk
+    threads: threads_of("evaluate")  # 1 or 4 (capped at --cores): resources.smk
     resources:
         **gpu_sized("evaluate"),
         mem_mb=sized("evaluate", "mem_mb"),

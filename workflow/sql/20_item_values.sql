@@ -124,61 +124,6 @@ WITH selected_values AS (
            -- open-right item. Mean: the MC-only rate minus the share of items open gets wrong
            -- and mc gets right without the passage. NULL where mc_nopassage did not run.
            mc_only::DOUBLE - (1 - open_correct::DOUBLE) * mc_nopassage_correct::DOUBLE AS mc_only_guess_adj_nopassage,
-           -- recoverability of MC-only items, per decode and any decode (oracle)
-           CASE WHEN mc_only THEN beam_top::DOUBLE END        AS rec_beam_top,
-           CASE WHEN mc_only THEN beam_any::DOUBLE END        AS rec_beam_any,
-           CASE WHEN mc_only THEN sample_pass::DOUBLE END     AS rec_sample_pass,
-           CASE WHEN mc_only THEN sample_majority::DOUBLE END AS rec_sample_majority,
-           CASE WHEN mc_only THEN oneshot::DOUBLE END         AS rec_oneshot,
-           CASE WHEN mc_only THEN recovered::DOUBLE END       AS rec_oracle,
-           -- false recovery: the same decodes judged against every distractor of the item as if
-           -- it were the gold; frec = any distractor produced (the maximum), frecm = the share of
-           -- the K - 1 distractors produced (the mean over distractors)
-           CASE WHEN mc_only THEN (beam_top_false <> 0)::DOUBLE END        AS frec_beam_top,
-           CASE WHEN mc_only THEN (beam_any_false <> 0)::DOUBLE END        AS frec_beam_any,
-           CASE WHEN mc_only THEN (sample_pass_false <> 0)::DOUBLE END     AS frec_sample_pass,
-           CASE WHEN mc_only THEN (sample_majority_false <> 0)::DOUBLE END AS frec_sample_majority,
-           CASE WHEN mc_only THEN (oneshot_false <> 0)::DOUBLE END         AS frec_oneshot,
-           CASE WHEN mc_only THEN (recovered_false <> 0)::DOUBLE END       AS frec_oracle,
-           CASE WHEN mc_only THEN bit_count(beam_top_false) / (n_options - 1) END        AS frecm_beam_top,
-           CASE WHEN mc_only THEN bit_count(beam_any_false) / (n_options - 1) END        AS frecm_beam_any,
-           CASE WHEN mc_only THEN bit_count(sample_pass_false) / (n_options - 1) END     AS frecm_sample_pass,
-           CASE WHEN mc_only THEN bit_count(sample_majority_false) / (n_options - 1) END AS frecm_sample_majority,
-           CASE WHEN mc_only THEN bit_count(oneshot_false) / (n_options - 1) END         AS frecm_oneshot,
-           CASE WHEN mc_only THEN bit_count(recovered_false) / (n_options - 1) END       AS frecm_oracle,
-           -- corrected recovery: recovered minus falsely recovered (any distractor), per item
-           CASE WHEN mc_only THEN beam_top::DOUBLE - (beam_top_false <> 0)::DOUBLE END               AS crec_beam_top,
-           CASE WHEN mc_only THEN beam_any::DOUBLE - (beam_any_false <> 0)::DOUBLE END               AS crec_beam_any,
-           CASE WHEN mc_only THEN sample_pass::DOUBLE - (sample_pass_false <> 0)::DOUBLE END         AS crec_sample_pass,
-           CASE WHEN mc_only THEN sample_majority::DOUBLE - (sample_majority_false <> 0)::DOUBLE END AS crec_sample_majority,
-           CASE WHEN mc_only THEN oneshot::DOUBLE - (oneshot_false <> 0)::DOUBLE END                 AS crec_oneshot,
-           CASE WHEN mc_only THEN recovered::DOUBLE - (recovered_false <> 0)::DOUBLE END             AS crec_oracle,
-           -- the same, sentence-tolerant (sent_*): over the items MC-only under the sentence
-           -- verdict, every decode judged by correct_sentence
-           CASE WHEN mc_only_sentence THEN beam_top_sentence::DOUBLE END        AS sent_rec_beam_top,
-           CASE WHEN mc_only_sentence THEN beam_any_sentence::DOUBLE END        AS sent_rec_beam_any,
-           CASE WHEN mc_only_sentence THEN sample_pass_sentence::DOUBLE END     AS sent_rec_sample_pass,
-           CASE WHEN mc_only_sentence THEN sample_majority_sentence::DOUBLE END AS sent_rec_sample_majority,
-           CASE WHEN mc_only_sentence THEN oneshot_sentence::DOUBLE END         AS sent_rec_oneshot,
-           CASE WHEN mc_only_sentence THEN recovered_sentence::DOUBLE END       AS sent_rec_oracle,
-           CASE WHEN mc_only_sentence THEN (beam_top_false_sentence <> 0)::DOUBLE END        AS sent_frec_beam_top,
-           CASE WHEN mc_only_sentence THEN (beam_any_false_sentence <> 0)::DOUBLE END        AS sent_frec_beam_any,
-           CASE WHEN mc_only_sentence THEN (sample_pass_false_sentence <> 0)::DOUBLE END     AS sent_frec_sample_pass,
-           CASE WHEN mc_only_sentence THEN (sample_majority_false_sentence <> 0)::DOUBLE END AS sent_frec_sample_majority,
-           CASE WHEN mc_only_sentence THEN (oneshot_false_sentence <> 0)::DOUBLE END         AS sent_frec_oneshot,
-           CASE WHEN mc_only_sentence THEN (recovered_false_sentence <> 0)::DOUBLE END       AS sent_frec_oracle,
-           CASE WHEN mc_only_sentence THEN bit_count(beam_top_false_sentence) / (n_options - 1) END        AS sent_frecm_beam_top,
-           CASE WHEN mc_only_sentence THEN bit_count(beam_any_false_sentence) / (n_options - 1) END        AS sent_frecm_beam_any,
-           CASE WHEN mc_only_sentence THEN bit_count(sample_pass_false_sentence) / (n_options - 1) END     AS sent_frecm_sample_pass,
-           CASE WHEN mc_only_sentence THEN bit_count(sample_majority_false_sentence) / (n_options - 1) END AS sent_frecm_sample_majority,
-           CASE WHEN mc_only_sentence THEN bit_count(oneshot_false_sentence) / (n_options - 1) END         AS sent_frecm_oneshot,
-           CASE WHEN mc_only_sentence THEN bit_count(recovered_false_sentence) / (n_options - 1) END       AS sent_frecm_oracle,
-           CASE WHEN mc_only_sentence THEN beam_top_sentence::DOUBLE - (beam_top_false_sentence <> 0)::DOUBLE END               AS sent_crec_beam_top,
-           CASE WHEN mc_only_sentence THEN beam_any_sentence::DOUBLE - (beam_any_false_sentence <> 0)::DOUBLE END               AS sent_crec_beam_any,
-           CASE WHEN mc_only_sentence THEN sample_pass_sentence::DOUBLE - (sample_pass_false_sentence <> 0)::DOUBLE END         AS sent_crec_sample_pass,
-           CASE WHEN mc_only_sentence THEN sample_majority_sentence::DOUBLE - (sample_majority_false_sentence <> 0)::DOUBLE END AS sent_crec_sample_majority,
-           CASE WHEN mc_only_sentence THEN oneshot_sentence::DOUBLE - (oneshot_false_sentence <> 0)::DOUBLE END                 AS sent_crec_oneshot,
-           CASE WHEN mc_only_sentence THEN recovered_sentence::DOUBLE - (recovered_false_sentence <> 0)::DOUBLE END             AS sent_crec_oracle,
            -- oracle table: each decode's accuracy over every item it ran on, greedy included, and
            -- the drop vs the dense model's same decode (pruned checkpoints; paired per item)
            open_correct::DOUBLE     AS oacc_greedy,
@@ -245,6 +190,44 @@ WITH selected_values AS (
            CASE WHEN NOT distractors_in_passage THEN candidates_correct::DOUBLE END     AS dsrc_candidates_not_in_passage,
            CASE WHEN distractors_in_passage IS NULL THEN candidates_correct::DOUBLE END AS dsrc_candidates_unknown
     FROM item_outcomes
+),
+-- recoverability of MC-only items, one row per item x decode (beam_top, beam_any, sample_pass,
+-- sample_majority, oneshot, and oracle: any decode): hit = the decode produced the gold, false =
+-- the bits of the distractors it produced as if each were the gold; *_sentence: the same under
+-- the sentence-tolerant verdict
+decode_columns AS (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, n_options, mc_only,
+           mc_only_sentence,
+           COLUMNS('^(beam_top|beam_any|sample_pass|sample_majority|oneshot|recovered)(_false)?(_sentence)?$')
+    FROM item_outcomes
+),
+decodes AS (
+    FROM decode_columns UNPIVOT INCLUDE NULLS (
+        (hit, false_hits, hit_sentence, false_hits_sentence) FOR decode IN (
+            (beam_top, beam_top_false, beam_top_sentence, beam_top_false_sentence) AS beam_top,
+            (beam_any, beam_any_false, beam_any_sentence, beam_any_false_sentence) AS beam_any,
+            (sample_pass, sample_pass_false, sample_pass_sentence, sample_pass_false_sentence) AS sample_pass,
+            (sample_majority, sample_majority_false, sample_majority_sentence, sample_majority_false_sentence) AS sample_majority,
+            (oneshot, oneshot_false, oneshot_sentence, oneshot_false_sentence) AS oneshot,
+            (recovered, recovered_false, recovered_sentence, recovered_false_sentence) AS oracle
+        )
+    )
+),
+-- per item x decode: rec (recovered), frec (false recovery: any distractor produced, the
+-- maximum), frecm (the share of the K - 1 distractors produced, the mean over distractors), crec
+-- (corrected: recovered minus falsely recovered), over the MC-only items; sent_*: the same over
+-- the items MC-only under the sentence verdict, every decode judged by correct_sentence
+recovery_values AS (
+    SELECT model, method, structure, sparsity, dataset, lang, item_id, decode,
+           CASE WHEN mc_only THEN hit::DOUBLE END                                  AS rec,
+           CASE WHEN mc_only THEN (false_hits <> 0)::DOUBLE END                    AS frec,
+           CASE WHEN mc_only THEN bit_count(false_hits) / (n_options - 1) END      AS frecm,
+           CASE WHEN mc_only THEN hit::DOUBLE - (false_hits <> 0)::DOUBLE END      AS crec,
+           CASE WHEN mc_only_sentence THEN hit_sentence::DOUBLE END                             AS sent_rec,
+           CASE WHEN mc_only_sentence THEN (false_hits_sentence <> 0)::DOUBLE END               AS sent_frec,
+           CASE WHEN mc_only_sentence THEN bit_count(false_hits_sentence) / (n_options - 1) END AS sent_frecm,
+           CASE WHEN mc_only_sentence THEN hit_sentence::DOUBLE - (false_hits_sentence <> 0)::DOUBLE END AS sent_crec
+    FROM decodes
 )
 SELECT 'selected' AS population, * FROM selected_values
 UNPIVOT (value FOR metric IN (
@@ -252,14 +235,6 @@ UNPIVOT (value FOR metric IN (
     drop_open, drop_candidates, drop_mc, drop_mc_norm, drop_mc_bytes,
     delta_pr, mc_only, mc_only_guess_adj, mc_only_guess_adj_nopassage,
     acc_mc_nopassage, acc_mc_nopassage_norm, acc_mc_nopassage_chance_adj,
-    rec_beam_top, rec_beam_any, rec_sample_pass, rec_sample_majority, rec_oneshot, rec_oracle,
-    frec_beam_top, frec_beam_any, frec_sample_pass, frec_sample_majority, frec_oneshot, frec_oracle,
-    frecm_beam_top, frecm_beam_any, frecm_sample_pass, frecm_sample_majority, frecm_oneshot, frecm_oracle,
-    crec_beam_top, crec_beam_any, crec_sample_pass, crec_sample_majority, crec_oneshot, crec_oracle,
-    sent_rec_beam_top, sent_rec_beam_any, sent_rec_sample_pass, sent_rec_sample_majority, sent_rec_oneshot, sent_rec_oracle,
-    sent_frec_beam_top, sent_frec_beam_any, sent_frec_sample_pass, sent_frec_sample_majority, sent_frec_oneshot, sent_frec_oracle,
-    sent_frecm_beam_top, sent_frecm_beam_any, sent_frecm_sample_pass, sent_frecm_sample_majority, sent_frecm_oneshot, sent_frecm_oracle,
-    sent_crec_beam_top, sent_crec_beam_any, sent_crec_sample_pass, sent_crec_sample_majority, sent_crec_oneshot, sent_crec_oracle,
     oacc_greedy, oacc_beam_top, oacc_beam_any, oacc_sample_pass, oacc_sample_majority, oacc_oneshot, oacc_oracle,
     odrop_greedy, odrop_beam_top, odrop_beam_any, odrop_sample_pass, odrop_sample_majority, odrop_oneshot, odrop_oracle,
     demoted, erased, mc_only_verbose, mc_only_demoted, mc_only_erased, mc_only_untested,
@@ -270,5 +245,10 @@ UNPIVOT (value FOR metric IN (
     top1_mc_only, top5_mc_only, top10_mc_only, top1_open_correct, top5_open_correct, top10_open_correct,
     dsrc_mc_in_passage, dsrc_mc_not_in_passage, dsrc_mc_unknown,
     dsrc_candidates_in_passage, dsrc_candidates_not_in_passage, dsrc_candidates_unknown))
+UNION ALL BY NAME
+SELECT 'selected' AS population, model, method, structure, sparsity, dataset, lang, item_id,
+       kind || '_' || decode AS metric, value
+FROM recovery_values
+UNPIVOT (value FOR kind IN (rec, frec, frecm, crec, sent_rec, sent_frec, sent_frecm, sent_crec))
 UNION ALL BY NAME
 SELECT * FROM pool_item_values;

@@ -55,11 +55,22 @@ WITH counts AS (
     FROM item_outcomes
     GROUP BY GROUPING SETS ((model, method, structure, sparsity, dataset, lang),
                             (model, method, structure, sparsity))
+),
+-- the rates this table shows, one row per checkpoint x benchmark: <metric>_value, _ci_low,
+-- _ci_high of each metric of `rates` (population selected), so that one join fetches them all
+r AS (
+    PIVOT (SELECT model, method, structure, sparsity, dataset, lang, metric, value, ci_low, ci_high
+           FROM rates WHERE population = 'selected')
+    ON metric IN ('mc_only', 'sent_mc_only', 'mc_only_guess_adj', 'mc_only_guess_adj_nopassage',
+                  'acc_mc_nopassage', 'acc_mc_chance_adj', 'demoted', 'erased', 'mc_only_lower',
+                  'sent_mc_only_lower', 'sent_mc_only_guess_adj', 'mc_only_verbose',
+                  'mc_only_demoted', 'mc_only_erased', 'mc_only_untested')
+    USING first(value) AS value, first(ci_low) AS ci_low, first(ci_high) AS ci_high
 )
 SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        c.n_mc_only,
-       m.value AS mc_only_rate, m.ci_low AS mc_only_ci_low, m.ci_high AS mc_only_ci_high,
-       f.value AS noise_floor, f.ci_low AS noise_floor_ci_low, f.ci_high AS noise_floor_ci_high,
+       r.mc_only_value AS mc_only_rate, r.mc_only_ci_low AS mc_only_ci_low, r.mc_only_ci_high AS mc_only_ci_high,
+       f.mc_only_value AS noise_floor, f.mc_only_ci_low AS noise_floor_ci_low, f.mc_only_ci_high AS noise_floor_ci_high,
        coalesce(pf.value, ps.value) AS perturbation_floor,
        coalesce(pf.ci_low, ps.ci_low) AS perturbation_floor_ci_low,
        coalesce(pf.ci_high, ps.ci_high) AS perturbation_floor_ci_high,
@@ -70,40 +81,41 @@ SELECT c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang, c.n_items,
        coalesce(pfs.ci_high, pss.ci_high) AS perturbation_floor_sentence_ci_high,
        ps.value AS size_floor, ps.ci_low AS size_floor_ci_low, ps.ci_high AS size_floor_ci_high,
        pss.value AS size_floor_sentence,
-       g.value AS mc_only_guess_adj, g.ci_low AS guess_adj_ci_low, g.ci_high AS guess_adj_ci_high,
+       r.mc_only_guess_adj_value AS mc_only_guess_adj, r.mc_only_guess_adj_ci_low AS guess_adj_ci_low, r.mc_only_guess_adj_ci_high AS guess_adj_ci_high,
        -- guessing measured (mc without the passage) instead of assumed (1/K)
-       gn.value AS mc_only_guess_adj_nopassage, gn.ci_low AS guess_adj_nopassage_ci_low,
-       gn.ci_high AS guess_adj_nopassage_ci_high,
-       np.value AS acc_mc_nopassage, np.ci_low AS mc_nopassage_ci_low, np.ci_high AS mc_nopassage_ci_high,
+       r.mc_only_guess_adj_nopassage_value AS mc_only_guess_adj_nopassage, r.mc_only_guess_adj_nopassage_ci_low AS guess_adj_nopassage_ci_low,
+       r.mc_only_guess_adj_nopassage_ci_high AS guess_adj_nopassage_ci_high,
+       r.acc_mc_nopassage_value AS acc_mc_nopassage, r.acc_mc_nopassage_ci_low AS mc_nopassage_ci_low, r.acc_mc_nopassage_ci_high AS mc_nopassage_ci_high,
        c.n_mc_only_guessable,
-       ca.value AS mc_chance_adj, ca.ci_low AS mc_chance_adj_ci_low, ca.ci_high AS mc_chance_adj_ci_high,
+       r.acc_mc_chance_adj_value AS mc_chance_adj, r.acc_mc_chance_adj_ci_low AS mc_chance_adj_ci_low, r.acc_mc_chance_adj_ci_high AS mc_chance_adj_ci_high,
        c.n_mc_wrong, c.n_open_wrong, c.n_mc_only_recovered,
        c.n_demoted, c.n_erased, c.n_untested, c.n_verbose, c.n_demoted_false,
-       dm.value AS demoted_rate, dm.ci_low AS demoted_ci_low, dm.ci_high AS demoted_ci_high,
-       er.value AS erased_rate, er.ci_low AS erased_ci_low, er.ci_high AS erased_ci_high,
+       r.demoted_value AS demoted_rate, r.demoted_ci_low AS demoted_ci_low, r.demoted_ci_high AS demoted_ci_high,
+       r.erased_value AS erased_rate, r.erased_ci_low AS erased_ci_low, r.erased_ci_high AS erased_ci_high,
        -- the sentence-tolerant MC-only rate (mc right, open not even a sentence stating the gold)
        c.n_mc_only_sentence,
-       ms.value AS mc_only_sentence_rate, ms.ci_low AS mc_only_sentence_ci_low, ms.ci_high AS mc_only_sentence_ci_high,
+       r.sent_mc_only_value AS mc_only_sentence_rate, r.sent_mc_only_ci_low AS mc_only_sentence_ci_low, r.sent_mc_only_ci_high AS mc_only_sentence_ci_high,
        -- the judge's bounds: open answers that deny the gold (negated, wrong in both) and that
        -- offer it beside an alternative (uncertain); mc_only_rate and mc_only_sentence_rate count
        -- the uncertain ones wrong (their upper bound), the *_lower columns count them right
        c.n_open_negated, c.n_open_uncertain,
-       ml.value AS mc_only_lower, ml.ci_low AS mc_only_lower_ci_low, ml.ci_high AS mc_only_lower_ci_high,
-       msl.value AS mc_only_sentence_lower, msl.ci_low AS mc_only_sentence_lower_ci_low,
-       msl.ci_high AS mc_only_sentence_lower_ci_high,
-       fs.value AS noise_floor_sentence,
-       gs.value AS mc_only_sentence_guess_adj, gs.ci_low AS sentence_guess_adj_ci_low, gs.ci_high AS sentence_guess_adj_ci_high,
+       r.mc_only_lower_value AS mc_only_lower, r.mc_only_lower_ci_low AS mc_only_lower_ci_low, r.mc_only_lower_ci_high AS mc_only_lower_ci_high,
+       r.sent_mc_only_lower_value AS mc_only_sentence_lower, r.sent_mc_only_lower_ci_low AS mc_only_sentence_lower_ci_low,
+       r.sent_mc_only_lower_ci_high AS mc_only_sentence_lower_ci_high,
+       f.sent_mc_only_value AS noise_floor_sentence,
+       r.sent_mc_only_guess_adj_value AS mc_only_sentence_guess_adj, r.sent_mc_only_guess_adj_ci_low AS sentence_guess_adj_ci_low, r.sent_mc_only_guess_adj_ci_high AS sentence_guess_adj_ci_high,
        -- the MC-only items split: verbose + demoted + erased + untested = n_mc_only (rates over
        -- every selected item, so they sum to mc_only_rate)
        c.n_mc_only_verbose, c.n_mc_only_demoted, c.n_mc_only_erased, c.n_mc_only_untested,
-       sv.value AS mc_only_verbose_rate,  sv.ci_low AS verbose_ci_low,  sv.ci_high AS verbose_ci_high,
-       sd.value AS mc_only_demoted_rate,  sd.ci_low AS mc_only_demoted_ci_low,  sd.ci_high AS mc_only_demoted_ci_high,
-       se.value AS mc_only_erased_rate,   se.ci_low AS mc_only_erased_ci_low,   se.ci_high AS mc_only_erased_ci_high,
-       su.value AS mc_only_untested_rate, su.ci_low AS untested_ci_low, su.ci_high AS untested_ci_high
+       r.mc_only_verbose_value AS mc_only_verbose_rate,  r.mc_only_verbose_ci_low AS verbose_ci_low,  r.mc_only_verbose_ci_high AS verbose_ci_high,
+       r.mc_only_demoted_value AS mc_only_demoted_rate,  r.mc_only_demoted_ci_low AS mc_only_demoted_ci_low,  r.mc_only_demoted_ci_high AS mc_only_demoted_ci_high,
+       r.mc_only_erased_value AS mc_only_erased_rate,   r.mc_only_erased_ci_low AS mc_only_erased_ci_low,   r.mc_only_erased_ci_high AS mc_only_erased_ci_high,
+       r.mc_only_untested_value AS mc_only_untested_rate, r.mc_only_untested_ci_low AS untested_ci_low, r.mc_only_untested_ci_high AS untested_ci_high
 FROM counts c
-LEFT JOIN rate_of('mc_only', 'selected') m
-  ON (m.model, m.method, m.structure, m.sparsity, m.dataset, m.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only', 'selected') f
+LEFT JOIN r
+  ON (r.model, r.method, r.structure, r.sparsity, r.dataset, r.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
+-- the dense model's own rates on the same benchmark (the noise floors)
+LEFT JOIN r f
   ON f.method = 'dense'
  AND (f.model, f.dataset, f.lang) = (c.model, c.dataset, c.lang)
 LEFT JOIN perturbation_floor_of('mc_only', 'damage') pf
@@ -114,35 +126,4 @@ LEFT JOIN perturbation_floor_of('sent_mc_only', 'damage') pfs
   ON (pfs.model, pfs.method, pfs.structure, pfs.sparsity, pfs.dataset, pfs.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
 LEFT JOIN perturbation_floor_of('sent_mc_only', 'size') pss
   ON (pss.model, pss.method, pss.structure, pss.sparsity, pss.dataset, pss.lang) = (c.model, floor_source(c.method), c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_guess_adj', 'selected') g
-  ON (g.model, g.method, g.structure, g.sparsity, g.dataset, g.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_guess_adj_nopassage', 'selected') gn
-  ON (gn.model, gn.method, gn.structure, gn.sparsity, gn.dataset, gn.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('acc_mc_nopassage', 'selected') np
-  ON (np.model, np.method, np.structure, np.sparsity, np.dataset, np.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('acc_mc_chance_adj', 'selected') ca
-  ON (ca.model, ca.method, ca.structure, ca.sparsity, ca.dataset, ca.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('demoted', 'selected') dm
-  ON (dm.model, dm.method, dm.structure, dm.sparsity, dm.dataset, dm.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('erased', 'selected') er
-  ON (er.model, er.method, er.structure, er.sparsity, er.dataset, er.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('sent_mc_only', 'selected') ms
-  ON (ms.model, ms.method, ms.structure, ms.sparsity, ms.dataset, ms.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_lower', 'selected') ml
-  ON (ml.model, ml.method, ml.structure, ml.sparsity, ml.dataset, ml.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('sent_mc_only_lower', 'selected') msl
-  ON (msl.model, msl.method, msl.structure, msl.sparsity, msl.dataset, msl.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('sent_mc_only', 'selected') fs
-  ON fs.method = 'dense'
- AND (fs.model, fs.dataset, fs.lang) = (c.model, c.dataset, c.lang)
-LEFT JOIN rate_of('sent_mc_only_guess_adj', 'selected') gs
-  ON (gs.model, gs.method, gs.structure, gs.sparsity, gs.dataset, gs.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_verbose', 'selected') sv
-  ON (sv.model, sv.method, sv.structure, sv.sparsity, sv.dataset, sv.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_demoted', 'selected') sd
-  ON (sd.model, sd.method, sd.structure, sd.sparsity, sd.dataset, sd.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_erased', 'selected') se
-  ON (se.model, se.method, se.structure, se.sparsity, se.dataset, se.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
-LEFT JOIN rate_of('mc_only_untested', 'selected') su
-  ON (su.model, su.method, su.structure, su.sparsity, su.dataset, su.lang) = (c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang)
 ORDER BY c.model, c.method, c.structure, c.sparsity, c.dataset, c.lang;

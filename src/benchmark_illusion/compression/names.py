@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from benchmark_illusion.compression.structures import METHODS as QUANT_METHODS
+from benchmark_illusion.compression.methods import NAMES, QUANT_METHODS
 from benchmark_illusion.compression.structures import parse_grid, parse_structure
 from benchmark_illusion.models.variants import STRUCTURE as VARIANT
 
@@ -105,7 +105,7 @@ def describe_checkpoint(method: str, structure: str) -> tuple[str, int | None]:
     placebo = parse_placebo(method)
     if placebo is not None:
         return describe_checkpoint(placebo, structure)[0], None
-    base, _ = parse_replicate(method, (*QUANT_METHODS, "magnitude", "wanda", "sparsegpt"))
+    base, _ = parse_replicate(method, NAMES)
     if base in QUANT_METHODS:
         grid = parse_grid(structure)
         return str(grid), grid.bits

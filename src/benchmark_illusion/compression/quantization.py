@@ -40,7 +40,9 @@ from benchmark_illusion.compression.blockwise import (
     float64_device,
     inverse_hessian_factor,
 )
-from benchmark_illusion.compression.structures import METHODS, Grid
+from benchmark_illusion.compression.methods import QUANT_METHODS as METHODS
+from benchmark_illusion.compression.methods import needs_calibration
+from benchmark_illusion.compression.structures import Grid
 
 
 def _working(w: torch.Tensor) -> torch.Tensor:
@@ -280,7 +282,7 @@ def quantize_model(
         "layers": per_layer,
         "seconds": round(time.perf_counter() - t0, 2),
         "calibration_windows": None
-        if windows is None or settings.method == "rtn"
+        if windows is None or not needs_calibration(settings.method)
         else list(windows.shape),
     }
 

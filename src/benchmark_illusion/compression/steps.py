@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from benchmark_illusion.compression import calibration as cal
 from benchmark_illusion.compression import damage as dmg
 from benchmark_illusion.compression import quantization as quant
+from benchmark_illusion.compression.methods import needs_calibration
 from benchmark_illusion.compression.names import (
     PLACEBO_SEED,
     describe_checkpoint,
@@ -199,8 +200,10 @@ def quantize_file(
     params: the rule's params (params.quantize). key.structure: the grid, e.g. int4-g128.
     """
     settings = quant.QuantizeSettings.from_params(params, key.method, key.structure)
-    if key.method == "gptq" and not calibration:
-        raise ValueError("gptq needs calibration windows (the calibration_data rule's output)")
+    if needs_calibration(key.method) and not calibration:
+        raise ValueError(
+            f"{key.method} needs calibration windows (the calibration_data rule's output)"
+        )
     place = place or Placement()
     net, tok, device = load_dense(model_dir, params["dtype"], place)
     windows = load_file(str(calibration))["input_ids"] if calibration else None

@@ -53,7 +53,6 @@ def parse_structure(text: str) -> Structure:
 
 
 BITS = (2, 3, 4, 8)
-METHODS = ("rtn", "gptq")
 # How a grid is spelled in checkpoint paths and in the logs' `structure` column:
 # int<bits>-g<group_size> or int<bits>-pc (per channel), with -sym when symmetric.
 STRUCTURE_PATTERN = r"int[0-9]+-(?:g[0-9]+|pc)(?:-sym)?"

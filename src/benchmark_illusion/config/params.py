@@ -93,12 +93,13 @@ def prune(config: dict, model_name: str, method: str) -> dict:
     The batch size only for methods that read calibration windows, sparsegpt's settings only
     for sparsegpt: a change re-prunes only the checkpoints it affects.
     """
+    from benchmark_illusion.compression.methods import needs_calibration
     from benchmark_illusion.compression.names import parse_replicate
 
     method = parse_replicate(method)[0]  # a replicate <method>-s<seed>: its seed is its input's
     p = config["pruning"]
     params = {"dtype": config["models"][model_name]["dtype"], "tolerance": p["tolerance"]}
-    if method != "magnitude":
+    if needs_calibration(method):
         params["batch_size"] = p["batch_size"]
     if method == "sparsegpt":
         params["sparsegpt"] = p["sparsegpt"]

@@ -2,7 +2,10 @@
 
 The Snakefile calls Snakemake's `validate` (which also fills in defaults) and then
 `check_config`; both fail before any job starts, with messages that name the key. Code
-outside Snakemake (tests, benchmarks) uses `load_config`, which does the same.
+outside Snakemake (tests, benchmarks, `python -m benchmark_illusion estimate`) uses
+`load_config`, which does the same. The schema is the one home of every default: the checks here
+read keys directly, after filling the defaults of whatever the caller left out
+(`with_schema_defaults`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import jsonschema
 import yaml
 from jsonschema import Draft202012Validator, validators
 
+from benchmark_illusion.compression.methods import CALIBRATED
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw
 from benchmark_illusion.data.raw import raw_path_for
@@ -79,6 +83,16 @@ def schema_errors(config: dict, schema_path: Path = SCHEMA_PATH) -> list[str]:
     return list(dict.fromkeys(lines))  # `required` yields one error per missing key, each with all
 
 
+def with_schema_defaults(config: dict, schema_path: Path = SCHEMA_PATH) -> dict:
+    """A copy of `config` with every schema default filled in, as Snakemake's validate and
+    validate_config fill them (schema errors are not reported here: schema_errors does that)."""
+    config = copy.deepcopy(config)
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    for _ in _with_defaults(Draft202012Validator)(schema).iter_errors(config):
+        pass
+    return config
+
+
 def _error_lines(err) -> list[str]:
     """'key.path: problem' lines of one schema error; unknown and missing keys are named in the
     path."""
@@ -134,16 +148,18 @@ def source_errors(key: str, m: dict, root: Path = Path(".")) -> list[str]:
 
 def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     """Problems a schema cannot express: files and packages that do not exist, languages a hub
-    set lacks, evaluation formats that item selection needs."""
+    set lacks, evaluation formats that item selection needs. Reads the schema's defaults where
+    `config` leaves a key out (with_schema_defaults)."""
+    config = with_schema_defaults(config)
     errors = []
-    formats = (config.get("evaluation") or {}).get("formats")
-    if formats is not None and not {"open", "mc"} <= set(formats):
+    formats = config["evaluation"]["formats"]
+    if not {"open", "mc"} <= set(formats):
         # select_items keeps the items the dense model answers in both formats.
         errors.append(
             f"evaluation.formats: must include open and mc, item selection needs both "
             f"(got {', '.join(formats)})"
         )
-    if (config.get("evaluation") or {}).get("engine") == "vllm":
+    if config["evaluation"]["engine"] == "vllm":
         from benchmark_illusion.evaluation.engines import missing_vllm_message, vllm_python
 
         if vllm_python() is None:
@@ -151,7 +167,7 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     missing = []
     for name, m in config.get("models", {}).items():
         missing += source_errors(f"models.{name}", m, root)
-        for v, spec in (m.get("variants") or {}).items():
+        for v, spec in m["variants"].items():
             missing += source_errors(f"models.{name}.variants.{v}", spec, root)
             errors += name_errors(name, v)
     errors += missing
@@ -177,20 +193,20 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     configured = {
         lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
     }
-    for i, lang in enumerate((config.get("calibration") or {}).get("languages") or []):
+    for i, lang in enumerate(config["calibration"]["languages"] or []):
         if lang not in configured:
             errors.append(
                 f"calibration.languages[{i}]: language {lang!r} is not a language of any dataset "
                 f"(configured: {', '.join(sorted(configured))})"
             )
-    errors += _pruning_errors(config.get("pruning") or {}, config.get("calibration") or {}, root)
-    quant = config.get("quantization") or {}
-    if quant.get("group_size") == 0:
+    errors += _pruning_errors(config["pruning"], config["calibration"], root)
+    quant = config["quantization"]
+    if quant["group_size"] == 0:
         errors.append(
             "quantization.group_size: 0 is not a group size: give the input columns per grid "
             "(>= 1), or -1 for one grid per output row"
         )
-    if quant.get("methods") and not quant.get("bits", [8, 4, 3]):
+    if quant["methods"] and not quant["bits"]:
         errors.append("quantization.bits: methods are set but there is no bit width to quantize to")
     errors += _control_errors(config)
     errors += _concept_errors(config, root)
@@ -201,14 +217,12 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
 
 def _control_errors(config: dict) -> list[str]:
     """The negative control needs a compressed method of the grid and damage-matched twins."""
-    controls = config.get("controls") or {}
-    negative = controls.get("negative")
+    controls = config["controls"]
+    negative = controls["negative"]
     if negative is None:
         return []
-    pert = controls.get("perturbation") or {}
-    methods = list((config.get("pruning") or {}).get("methods", [])) + list(
-        (config.get("quantization") or {}).get("methods", [])
-    )
+    pert = controls["perturbation"]
+    methods = list(config["pruning"]["methods"]) + list(config["quantization"]["methods"])
     errors = []
     if negative not in methods:
         errors.append(
@@ -216,7 +230,7 @@ def _control_errors(config: dict) -> list[str]:
             f"quantization.methods ({', '.join(methods) or 'none'}): the placebo copies the "
             "damage of that method's checkpoints"
         )
-    if not pert.get("seeds") or "damage" not in pert.get("match", ["damage"]):
+    if not pert["seeds"] or "damage" not in pert["match"]:
         errors.append(
             "controls.negative: the placebo is compared with its source's damage-matched twins; "
             "set controls.perturbation.seeds and keep damage in controls.perturbation.match"
@@ -226,17 +240,17 @@ def _control_errors(config: dict) -> list[str]:
 
 def _concept_errors(config: dict, root: Path) -> list[str]:
     """concepts: settings that contradict each other, files that do not exist, a missing SAELens."""
-    c = config.get("concepts") or {}
-    if not c.get("enabled", True):
+    c = config["concepts"]
+    if not c["enabled"]:
         return []
     errors = []
-    sae = c.get("sae") or {}
-    if sae.get("k", 32) > sae.get("width", 4096):
+    sae = c["sae"]
+    if sae["k"] > sae["width"]:
         errors.append(
             f"concepts.sae.k: {sae['k']} active latents per token is more than concepts.sae.width "
-            f"({sae.get('width', 4096)})"
+            f"({sae['width']})"
         )
-    if not (sae.get("corpus", ["items", "calibration"]) or sae.get("text_files")):
+    if not (sae["corpus"] or sae["text_files"]):
         errors.append(
             "concepts.sae.corpus: empty and no concepts.sae.text_files: "
             "the SAE has no text to train on"
@@ -244,20 +258,20 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
     configured = {
         lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
     }
-    for i, lang in enumerate(sae.get("languages") or []):
+    for i, lang in enumerate(sae["languages"] or []):
         if lang not in configured:
             errors.append(
                 f"concepts.sae.languages[{i}]: language {lang!r} is not a language of any dataset "
                 f"(configured: {', '.join(sorted(configured))})"
             )
-    for i, f in enumerate(sae.get("text_files") or []):
+    for i, f in enumerate(sae["text_files"]):
         if not (root / f).is_file():
             errors.append(f"concepts.sae.text_files[{i}]: file not found: {f}")
-    gaps = c.get("gaps") or {}
-    if gaps.get("under_quantile", 0.1) >= gaps.get("over_quantile", 0.9):
+    gaps = c["gaps"]
+    if gaps["under_quantile"] >= gaps["over_quantile"]:
         errors.append(
-            f"concepts.gaps.under_quantile: {gaps.get('under_quantile', 0.1)} must be below "
-            f"concepts.gaps.over_quantile ({gaps.get('over_quantile', 0.9)})"
+            f"concepts.gaps.under_quantile: {gaps['under_quantile']} must be below "
+            f"concepts.gaps.over_quantile ({gaps['over_quantile']})"
         )
     for name, m in config.get("models", {}).items():
         spec = m.get("sae")
@@ -277,17 +291,16 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
     """Held-out calibration text comes from the datasets' passages: refuse a config whose local
     files hold fewer characters in all their passages than the tokens it asks for (a token
     covers at least one character; the exact count is checked when the windows are cut)."""
-    cal, pruning = config.get("calibration") or {}, config.get("pruning") or {}
-    needs = (set(pruning.get("methods", [])) - {"magnitude"}) | (
-        set((config.get("quantization") or {}).get("methods", [])) - {"rtn"}
-    )
-    if cal.get("source", "heldout_items") != "heldout_items" or not needs:
+    cal = config["calibration"]
+    methods = list(config["pruning"]["methods"]) + list(config["quantization"]["methods"])
+    needs = [m for m in methods if m in CALIBRATED]
+    if cal["source"] != "heldout_items" or not needs:
         return []
     datasets = config.get("datasets", {})
     if any(d.get("source") in HUB_LANGUAGES for d in datasets.values()):
         return []  # passages are known only after download
-    need = (cal.get("n_windows", 16) + cal.get("damage_windows", 8)) * cal.get("seq_len", 128)
-    only = cal.get("languages")
+    need = (cal["n_windows"] + cal["damage_windows"]) * cal["seq_len"]
+    only = cal["languages"]
     chars = 0
     for d in datasets.values():
         for lang in d["languages"]:
@@ -308,13 +321,13 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
 def nm_patterns(pruning: dict) -> list[str]:
     """The configured N:M patterns as 'N:M' strings (entries may be strings or
     {pattern, sparsity})."""
-    return [e if isinstance(e, str) else e["pattern"] for e in pruning.get("nm", [])]
+    return [e if isinstance(e, str) else e["pattern"] for e in pruning["nm"]]
 
 
 def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
     errors = []
-    blocksize = (pruning.get("sparsegpt") or {}).get("blocksize", 128)
-    for i, entry in enumerate(pruning.get("nm", [])):
+    blocksize = pruning["sparsegpt"]["blocksize"]
+    for i, entry in enumerate(pruning["nm"]):
         pattern = entry if isinstance(entry, str) else entry.get("pattern", "")
         try:
             st = parse_structure(pattern)
@@ -330,20 +343,18 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
                 f"pruning.nm[{i}].sparsity: {pattern} prunes N/M = {st.sparsity:g} of the weights, "
                 f"not {entry['sparsity']:g}"
             )
-        if "sparsegpt" in pruning.get("methods", []) and blocksize % st.m:
+        if "sparsegpt" in pruning["methods"] and blocksize % st.m:
             errors.append(
                 f"pruning.sparsegpt.blocksize: {blocksize} "
                 f"is not a multiple of M={st.m} ({pattern})"
             )
-    if pruning.get("methods") and not (pruning.get("sparsities") or pruning.get("nm")):
+    if pruning["methods"] and not (pruning["sparsities"] or pruning["nm"]):
         errors.append(
             "pruning.sparsities: methods are set "
             "but there is no sparsity and no N:M pattern to prune to"
         )
-    if calibration.get("source") == "text_files":
-        need = (
-            calibration.get("n_windows", 16) + calibration.get("damage_windows", 8)
-        ) * calibration.get("seq_len", 128)
+    if calibration["source"] == "text_files":
+        need = (calibration["n_windows"] + calibration["damage_windows"]) * calibration["seq_len"]
         chars = 0
         for j, p in enumerate(calibration.get("paths", [])):
             if not (root / p).is_file():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import duckdb
 
-from benchmark_illusion.compression import perturbation
+from benchmark_illusion.compression.perturbation import REPORT as PERTURBATION_REPORT
 from benchmark_illusion.io import parquet_list
 from benchmark_illusion.metrics import bootstrap, dbfile, exact, illusion
 from benchmark_illusion.models import variants
@@ -76,19 +76,15 @@ def create_views(
         f"FROM read_parquet({parquet_list(pool)}, union_by_name = true)"
     )
     # results/selected/{model}/{dataset}/{lang}.parquet: the model is the third path part.
+    files = f"read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
+    columns = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {files}").fetchall()}
+    missing = (
+        "" if "distractors_in_passage" in columns else ", NULL::BOOLEAN AS distractors_in_passage"
+    )
     con.execute(
         "CREATE OR REPLACE VIEW selected_items AS SELECT split_part(filename, '/', -3) AS model, "
-        "* EXCLUDE (filename) "
-        f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
+        f"* EXCLUDE (filename){missing} FROM {files}"
     )
-    columns = {r[0] for r in con.execute("DESCRIBE selected_items").fetchall()}
-    if "distractors_in_passage" not in columns:
-        con.execute(
-            "CREATE OR REPLACE VIEW selected_items AS "
-            "SELECT split_part(filename, '/', -3) AS model, "
-            "* EXCLUDE (filename), NULL::BOOLEAN AS distractors_in_passage "
-            f"FROM read_parquet({parquet_list(selected)}, union_by_name = true, filename = true)"
-        )
     reports = item_reports or []
     _table(
         con,
@@ -106,8 +102,8 @@ def create_views(
     _table(
         con,
         "perturbations",
-        perturbation.PERTURBATIONS_TABLE,
-        perturbation.report_rows(perturbation_reports or []),
+        PERTURBATIONS_TABLE,
+        perturbation_rows(perturbation_reports or []),
     )
     _table(
         con,
@@ -124,6 +120,51 @@ def _table(con, name: str, columns: str, rows: list[tuple]) -> None:
     if rows:
         marks = ", ".join("?" * len(rows[0]))
         con.executemany(f"INSERT INTO {name} VALUES ({marks})", rows)
+
+
+PERTURBATIONS_TABLE = (
+    "model VARCHAR, method VARCHAR, structure VARCHAR, sparsity DOUBLE, seed BIGINT, "
+    "source_method VARCHAR, relative_change DOUBLE, source_relative_change DOUBLE, "
+    "n_perturbed BIGINT, kind VARCHAR, control VARCHAR, scale DOUBLE, damage_kl DOUBLE, "
+    "damage_nll DOUBLE, source_damage_kl DOUBLE, source_damage_nll DOUBLE, dense_nll DOUBLE, "
+    "matched BOOLEAN"
+)
+
+
+def perturbation_rows(paths) -> list[tuple]:
+    """The `perturbations` table's rows (PERTURBATIONS_TABLE) of each twin's or placebo's
+    perturbation.json (a file, or the checkpoint folder holding it): its key, seed, source,
+    relative changes, Linears perturbed, kind, control ('placebo' or NULL), scale, damage (KL,
+    NLL) and its source's, the dense model's NLL on the same text, and whether the damage
+    matched (NULL for size twins, which match the size). Reports written before the damage
+    measure get NULL damage and kind 'size'."""
+    rows = []
+    for p in paths:
+        p = Path(p)
+        r = json.loads((p / PERTURBATION_REPORT if p.is_dir() else p).read_text())
+        rows.append(
+            (
+                r["model"],
+                r["method"],
+                r["structure"],
+                float(r["sparsity"]),
+                int(r["seed"]),
+                r["source_method"],
+                float(r["relative_change"]),
+                float(r["source_relative_change"]),
+                int(r["n_perturbed"]),
+                r.get("kind", "size"),
+                r.get("control"),
+                float(r.get("scale", 1.0)),
+                r.get("damage_kl"),
+                r.get("damage_nll"),
+                r.get("source_damage_kl"),
+                r.get("source_damage_nll"),
+                r.get("dense_nll"),
+                r.get("matched"),
+            )
+        )
+    return rows
 
 
 def model_source_row(model: str, cfg: dict) -> tuple:

@@ -42,6 +42,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from benchmark_illusion.compression.methods import NAMES
 from benchmark_illusion.compression.names import (
     FORBID,
     parse_placebo,
@@ -50,7 +51,7 @@ from benchmark_illusion.compression.names import (
 )
 from benchmark_illusion.metrics import exact
 
-REPLICATED = ("magnitude", "wanda", "sparsegpt", "rtn", "gptq")
+REPLICATED = NAMES
 VERDICTS = {
     "strict": ("mc_only", "open_correct"),
     "sentence": ("mc_only_sentence", "open_correct_sentence"),

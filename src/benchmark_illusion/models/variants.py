@@ -29,12 +29,13 @@ import math
 import re
 from pathlib import Path
 
+from benchmark_illusion.compression.methods import NAMES
 from benchmark_illusion.models.sources import gguf_header
 
 STRUCTURE = "variant"
 REPORT = "variant.json"
 # method names of the pipeline's own checkpoints: a variant may not take them
-RESERVED = ("dense", "magnitude", "wanda", "sparsegpt", "rtn", "gptq")
+RESERVED = ("dense", *NAMES)
 # keys of a variant that locate its weights (the rest label it or state claims)
 SOURCE_KEYS = ("source", "package", "file", "path", "id", "revision", "trust_remote_code")
 DISTINCT_GROUP = 32  # inputs per group when counting distinct values (the smallest GGUF block)

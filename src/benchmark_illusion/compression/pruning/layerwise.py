@@ -12,12 +12,12 @@ import torch
 from torch import nn
 
 from ..blockwise import Hessian, compress_blockwise
+from ..methods import PRUNE_METHODS as METHODS
+from ..methods import needs_calibration
 from .magnitude import magnitude_mask
 from .masks import Structure, nm_violations
 from .sparsegpt import sparsegpt_prune
 from .wanda import InputNorms, wanda_mask
-
-METHODS = ("magnitude", "wanda", "sparsegpt")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ class PruneSettings:
         from benchmark_illusion.compression.structures import parse_structure
 
         kwargs = {}
-        if method != "magnitude":
+        if needs_calibration(method):
             kwargs["batch_size"] = params["batch_size"]
         if method == "sparsegpt":
             g = params["sparsegpt"]
@@ -67,7 +67,7 @@ def prune_model(
     windows: [n, seq_len] calibration token ids (unused by magnitude, may be None then).
     """
     t0 = time.perf_counter()
-    needs_data = settings.method != "magnitude" and settings.sparsity > 0
+    needs_data = needs_calibration(settings.method) and settings.sparsity > 0
     statistic = None
     if needs_data:
         statistic = InputNorms if settings.method == "wanda" else Hessian

@@ -17,8 +17,6 @@ from benchmark_illusion.metrics.figures.common import (
     save_figure,
 )
 
-CONCEPT_FIGURES = ("concept_coverage", "concept_extremes", "concept_damage")
-
 
 def _concept_name(row: dict, width: int = 34) -> str:
     label = row.get("label") or "(never fires)"

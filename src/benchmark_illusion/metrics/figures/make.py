@@ -1,5 +1,5 @@
-"""Writing the figures: the metric figures' names and make_figures, which draws named figures
-from the results database into PNG files."""
+"""Writing the figures: make_figures draws named figures (figures/names.py lists them) from the
+results database into PNG files."""
 
 from __future__ import annotations
 
@@ -25,17 +25,7 @@ from benchmark_illusion.metrics.figures.diagnostics import (  # noqa: F401
     position_bias,
     recovery_by_decode,
 )
-
-FIGURES = (
-    "accuracy_vs_sparsity",
-    "mc_only_by_language",
-    "mc_only_split",
-    "gold_rank_cdf",
-    "recovery_by_decode",
-    "position_bias",
-    "oracle_vs_sparsity",
-    "accuracy_vs_size",
-)
+from benchmark_illusion.metrics.figures.names import METRIC_FIGURES as FIGURES
 
 
 def make_figures(
