@@ -25,9 +25,9 @@ from benchmark_illusion.concepts.gaps import (
 )
 from benchmark_illusion.metrics.figures.concepts import CONCEPT_FIGURES
 from benchmark_illusion.metrics.figures.make import make_figures
-from test_sql import DENSE, POOL, PRUNED, build
+from metrics.test_sql import DENSE, POOL, PRUNED, build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONCEPT_SQL = sorted(str(p) for p in (ROOT / "workflow/sql/concepts").glob("*.sql"))
 
 ACTS = [

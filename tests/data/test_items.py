@@ -17,7 +17,7 @@ from benchmark_illusion.data.spans import _kind, split_sentences
 from benchmark_illusion.evaluation.language import word_breaks
 from benchmark_illusion.evaluation.text import tokenize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 RAW_SCHEMA = {
     "id": pl.String,

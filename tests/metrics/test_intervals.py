@@ -21,9 +21,9 @@ from benchmark_illusion.metrics.exact import (
     wilson,
     z_of,
 )
-from test_sql import DENSE, POOL, PRUNED, build
+from metrics.test_sql import DENSE, POOL, PRUNED, build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RATES_SQL = ROOT / "workflow/sql/25_rates.sql"
 
 # --- the formulas --------------------------------------------------------------------------------
