@@ -1,5 +1,5 @@
 """results/run.json: what the workflow's onsuccess step writes, on the hand-built metric
-database of test_sql.py and rule logs in the pipeline's own format."""
+database of metrics/test_sql.py and rule logs in the pipeline's own format."""
 
 from __future__ import annotations
 

@@ -421,8 +421,8 @@ def test_max_activating_keeps_the_top_examples_per_latent():
 
 
 # ---------------------------------------------------------------------------------------------
-# the real bundled model (the SAE the e2e smoke run trains is tested in test_e2e.py: FVE floor,
-# PCA baseline, save/reload, the pretrained source)
+# the real bundled model (the SAE the e2e smoke run trains is tested in e2e/test_concepts.py:
+# FVE floor, PCA baseline, save/reload, the pretrained source)
 
 
 def test_an_sae_below_the_floor_fails_and_writes_nothing(bundled_model_dir, tmp_path):
