@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -23,24 +25,78 @@ from e2e.common import (
 )
 from smoke import ROOT, snakemake, snakemake_cmd
 
+CONCEPT_CHANGES = [
+    ("gaps", {"min_support": 4, "over_quantile": 0.8}, {}),
+    ("labels", {"top_examples": 7}, {"concept_labels": 1}),
+    ("sae", {"epochs": 7}, {"sae": 1, "concept_labels": 1, "concept_activations": 2}),
+]
 
-def test_metric_settings_change_reruns_only_aggregate_and_figures(smoke_run):
+
+def concept_change(section: str, change: dict):
+    return lambda c: c["concepts"][section].update(change)
+
+
+# The module's dry runs on the smoke run's folder: name -> (the edit of the smoke config, None for
+# the config itself; further arguments). A dry run takes no lock and each reads its own config
+# file, so they run side by side (`dry_runs`) instead of one after the other.
+DRY_RUNS = {
+    "metrics": (lambda c: c.update(metrics={"bootstrap_replicates": 500}), ()),
+    "again": (None, ()),
+    "speed": (
+        lambda c: c["evaluation"].update(
+            device="cpu", decode_rows=3, batch_tokens=512, decode_tokens=1024
+        ),
+        (),
+    ),
+    "sparsity": (lambda c: c["pruning"]["sparsities"].append(0.2), ()),
+    "bits": (lambda c: c["quantization"]["bits"].append(4), ()),
+    "gptq": (lambda c: c["quantization"].update(gptq={"percdamp": 0.05}), ()),
+    "beams": (lambda c: c["evaluation"]["recovery"].update(num_beams=3), ()),
+    "language": (lambda c: c["datasets"]["sample"]["languages"].append("de"), ()),
+    **{
+        f"concepts-{section}": (concept_change(section, change), ())
+        for section, change, _ in CONCEPT_CHANGES
+    },
+    "tokens": (lambda c: c["concepts"].update(tokens="prompt"), ()),
+    "concepts-off": (lambda c: c["concepts"].update(enabled=False), ("--forceall",)),
+}
+
+
+@pytest.fixture(scope="module")
+def dry_runs(smoke_run):
+    """Every dry run of DRY_RUNS, started when the module's first test asks for one and run a few
+    at a time beside each other and the module's tests: name -> its future
+    (subprocess.CompletedProcess)."""
     work, cfg = smoke_run
-    changed = yaml.safe_load(cfg.read_text())
-    changed["metrics"] = {"bootstrap_replicates": 500}
-    path = work / "metrics-changed.yaml"
-    path.write_text(yaml.safe_dump(changed))
-    res = snakemake(work, path, "-n")
-    assert res.returncode == 0, res.stderr[-3000:]
+
+    def start(name, change, args):
+        path = cfg
+        if change is not None:
+            edited = yaml.safe_load(cfg.read_text())
+            change(edited)
+            path = work / f"changed-{name}.yaml"
+            path.write_text(yaml.safe_dump(edited))
+        return pool.submit(snakemake, work, path, "-n", *args)
+
+    with ThreadPoolExecutor(max_workers=min(4, max(2, os.cpu_count() or 2))) as pool:
+        yield {name: start(name, *run) for name, run in DRY_RUNS.items()}
+
+
+def dry_run(dry_runs, name: str) -> tuple[dict[str, int], str]:
+    """The job table and output of the dry run `name` (DRY_RUNS)."""
+    res = dry_runs[name].result()
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    return planned_jobs(out), out
+
+
+def test_metric_settings_change_reruns_only_aggregate_and_figures(dry_runs):
     # the gap tables are copied in beside the metric tables, so they follow
-    assert planned_jobs(res.stdout + res.stderr) == AGGREGATION
+    assert dry_run(dry_runs, "metrics")[0] == AGGREGATION
 
 
-def test_second_run_has_nothing_to_do(smoke_run):
-    work, cfg = smoke_run
-    res = snakemake(work, cfg, "-n")
-    assert res.returncode == 0
-    assert "Nothing to be done" in res.stdout + res.stderr
+def test_second_run_has_nothing_to_do(dry_runs):
+    assert "Nothing to be done" in dry_run(dry_runs, "again")[1]
 
 
 OUTER_SNAKEFILE = """configfile: "{config}"
@@ -119,8 +175,9 @@ def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, 
         return planned_jobs(out), out.count("workflow/sql/")
 
     fresh = tmp_path / "fresh"
-    direct, direct_sql = plan(snakemake_cmd(fresh, cfg), fresh)
-    module, module_sql = plan(outer_cmd, fresh)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two dry runs side by side: no lock taken
+        planned = pool.map(plan, [snakemake_cmd(fresh, cfg), outer_cmd], [fresh, fresh])
+        (direct, direct_sql), (module, module_sql) = planned
     n_sql = len(list((ROOT / "workflow/sql").glob("*.sql")))
     n_sql += len(list((ROOT / "workflow/sql/concepts").glob("*.sql")))
     assert module == direct and module_sql == direct_sql >= n_sql > 0
@@ -142,64 +199,41 @@ def test_the_workflow_runs_as_a_module_of_another_to_the_same_tables(smoke_run, 
     assert same_tables(all_tables(copy), all_tables(work)) == []
 
 
-def test_where_and_how_fast_settings_rerun_nothing(smoke_run):
+def test_where_and_how_fast_settings_rerun_nothing(dry_runs):
     """evaluation.device, decode_rows, batch_tokens and decode_tokens change where and how fast
     rows are computed, not what they hold: no job re-runs."""
-    work, cfg = smoke_run
-    edited = yaml.safe_load(cfg.read_text())
-    edited["evaluation"].update(device="cpu", decode_rows=3, batch_tokens=512, decode_tokens=1024)
-    path = work / "speed-changed.yaml"
-    path.write_text(yaml.safe_dump(edited))
-    res = snakemake(work, path, "-n")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "Nothing to be done" in res.stdout + res.stderr
-
-
-def changed_plan(work: Path, cfg: Path, change) -> dict[str, int]:
-    """The dry run's job table after `change` edits a copy of the smoke config."""
-    edited = yaml.safe_load(cfg.read_text())
-    change(edited)
-    path = work / "changed.yaml"
-    path.write_text(yaml.safe_dump(edited))
-    res = snakemake(work, path, "-n")
-    assert res.returncode == 0, res.stderr[-3000:]
-    return planned_jobs(res.stdout + res.stderr)
+    assert "Nothing to be done" in dry_run(dry_runs, "speed")[1]
 
 
 GAPS = {"competency_gaps": 1, "concept_figures": 1, "all": 1}
 
 
-def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["pruning"]["sparsities"].append(0.2))
+def test_adding_a_sparsity_runs_only_its_prune_and_evaluate_jobs(dry_runs):
+    plan = dry_run(dry_runs, "sparsity")[0]
     # 3 methods x one new sparsity; each evaluated on 2 languages
     assert plan == {"prune": 3, "evaluate": 6, **AGGREGATION}
 
 
-def test_adding_a_bit_width_runs_only_its_quantize_and_evaluate_jobs(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["quantization"]["bits"].append(4))
+def test_adding_a_bit_width_runs_only_its_quantize_and_evaluate_jobs(dry_runs):
+    plan = dry_run(dry_runs, "bits")[0]
     # rtn and gptq at 4 bits, each evaluated on 2 languages; the 8-bit checkpoints stay
     assert plan == {"quantize": 2, "evaluate": 4, **AGGREGATION}
 
 
-def test_changing_a_gptq_setting_requantizes_only_gptq(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["quantization"].update(gptq={"percdamp": 0.05}))
+def test_changing_a_gptq_setting_requantizes_only_gptq(dry_runs):
+    plan = dry_run(dry_runs, "gptq")[0]
     assert plan == {"quantize": 1, "evaluate": 2, **AGGREGATION}
 
 
-def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["evaluation"]["recovery"].update(num_beams=3))
+def test_changing_a_decoding_parameter_runs_only_evaluate_jobs(dry_runs):
+    plan = dry_run(dry_runs, "beams")[0]
     # every evaluation on the selected items, the dense model's too (6 x 2 languages); the dense
     # pool runs no recovery decode, so neither it nor the selection re-runs
     assert plan == {"evaluate": 2 * (1 + N_PRUNED + len(QUANTIZED)), **AGGREGATION}
 
 
-def test_adding_a_language_runs_only_its_chain(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["datasets"]["sample"]["languages"].append("de"))
+def test_adding_a_language_runs_only_its_chain(dry_runs):
+    plan = dry_run(dry_runs, "language")[0]
     # concepts.sae.languages is pinned: the SAE stays, the new language only gets its activations
     assert plan == {
         "download_dataset": 1,
@@ -213,35 +247,19 @@ def test_adding_a_language_runs_only_its_chain(smoke_run):
 
 
 @pytest.mark.parametrize(
-    "section,change,reruns",
-    [
-        ("gaps", {"min_support": 4, "over_quantile": 0.8}, {}),
-        ("labels", {"top_examples": 7}, {"concept_labels": 1}),
-        ("sae", {"epochs": 7}, {"sae": 1, "concept_labels": 1, "concept_activations": 2}),
-    ],
-    ids=["gaps", "labels", "sae"],
+    "section,change,reruns", CONCEPT_CHANGES, ids=[c[0] for c in CONCEPT_CHANGES]
 )
-def test_concept_setting_change_reruns_only_what_reads_it(smoke_run, section, change, reruns):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["concepts"][section].update(change))
+def test_concept_setting_change_reruns_only_what_reads_it(dry_runs, section, change, reruns):
+    plan = dry_run(dry_runs, f"concepts-{section}")[0]
     assert plan == {**reruns, **GAPS}
 
 
-def test_item_token_setting_change_reruns_activations_not_the_sae(smoke_run):
-    work, cfg = smoke_run
-    plan = changed_plan(work, cfg, lambda c: c["concepts"].update(tokens="prompt"))
+def test_item_token_setting_change_reruns_activations_not_the_sae(dry_runs):
+    plan = dry_run(dry_runs, "tokens")[0]
     assert plan == {"concept_activations": 2, **GAPS}
 
 
-def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(smoke_run):
-    work, cfg = smoke_run
-    edited = yaml.safe_load(cfg.read_text())
-    edited["concepts"]["enabled"] = False
-    path = work / "off.yaml"
-    path.write_text(yaml.safe_dump(edited))
-    res = snakemake(work, path, "-n", "--forceall")
-    out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-3000:]
-    plan = planned_jobs(out)
+def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(dry_runs):
+    plan, out = dry_run(dry_runs, "concepts-off")
     assert not CONCEPT_RULES & set(plan) and plan["aggregate"] == 1
     assert "output: results/illusion.duckdb" in out

@@ -26,7 +26,7 @@ from e2e.common import (
     QUANTIZED,
     link_copy,
 )
-from smoke import snakemake, snakemake_cmd
+from smoke import Snakemake, snakemake, snakemake_cmd
 
 
 def test_bfloat16_on_cpu_runs_and_reports_a_noise_floor(smoke_run, tmp_path):
@@ -149,7 +149,14 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
     path = tmp_path / "variants.yaml"
     path.write_text(yaml.safe_dump(edited, sort_keys=False))
 
+    # with a perturbation seed, each variant gets its twin like every compressed checkpoint: its
+    # dry run goes side by side with the first (a dry run takes no lock)
+    twins = yaml.safe_load(path.read_text())
+    twins["controls"] = {"perturbation": {"seeds": [0], "match": ["damage", "size"]}}
+    (tmp_path / "twins.yaml").write_text(yaml.safe_dump(twins, sort_keys=False))
+    twins_run = Snakemake(snakemake_cmd(copy, tmp_path / "twins.yaml", "-n"))
     res = snakemake(copy, path, "-n")
+    twins_res = twins_run.wait()
     assert res.returncode == 0, res.stderr[-3000:]
     n_langs = 2
     assert planned_jobs(res.stdout + res.stderr) == {
@@ -157,11 +164,7 @@ def test_variants_made_elsewhere_run_through_every_table_beside_the_pipelines(sm
         "evaluate": 2 * n_langs,
         **AGGREGATION,
     }
-    # with a perturbation seed, each variant gets its twin like every compressed checkpoint
-    twins = yaml.safe_load(path.read_text())
-    twins["controls"] = {"perturbation": {"seeds": [0], "match": ["damage", "size"]}}
-    (tmp_path / "twins.yaml").write_text(yaml.safe_dump(twins, sort_keys=False))
-    res = snakemake(copy, tmp_path / "twins.yaml", "-n")
+    res = twins_res
     assert res.returncode == 0, res.stderr[-3000:]
     plan = planned_jobs(res.stdout + res.stderr)
     n_compressed = N_PRUNED + len(QUANTIZED) + 2
