@@ -21,7 +21,7 @@ CUDA_VLLM     ?= 1
 VLLM_VENV    ?= .venv-vllm
 VLLM_VERSION ?= 0.32.0
 
-.PHONY: run test lint bench dry-run clean-results install cuda-venv vllm-venv mutate
+.PHONY: run test test-fast lint bench dry-run clean-results install cuda-venv vllm-venv mutate
 
 install: $(STAMP)
 
@@ -102,6 +102,12 @@ dry-run: $(STAMP)
 # the vLLM engine's tests run vLLM's CPU build in .venv-vllm (made once, about 2 minutes)
 test: $(STAMP) $(VLLM_VENV)/.installed
 	$(BIN)/python -m pytest -q --durations=15
+
+# Everything but the end-to-end tests (marked e2e: tests/e2e/, where the smoke run, the SLURM
+# runs and the vLLM engine are, and any test that imports the real bundled model), in a few
+# minutes; no .venv-vllm needed, and the background smoke run never starts
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not e2e" --durations=10
 
 # Side by side with lm-evaluation-harness and transformers' generate on the same items and model
 # (benchmarks/bench.py; the anchors get their own venvs under benchmarks/). Table in

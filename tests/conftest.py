@@ -25,10 +25,18 @@ def reads_smoke_run(item) -> bool:
     return "smoke_run" in item.fixturenames
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config, items):
-    """The modules that read the end-to-end smoke run go last, each kept in one piece (a module's
+    """A test that reads the smoke run or the real bundled model imported (`bundled_model_dir`,
+    tens of seconds once, then a real model's forward passes) is marked e2e wherever it lives:
+    `make test-fast` (-m "not e2e") leaves it out and never starts the smoke run.
+
+    The modules that read the end-to-end smoke run go last, each kept in one piece (a module's
     fixtures would be set up again if its tests were split): the run itself starts when the
     session does (`smoke_run_in_background`), so the other modules' tests run while it does."""
+    for item in items:
+        if reads_smoke_run(item) or "bundled_model_dir" in item.fixturenames:
+            item.add_marker(pytest.mark.e2e)
     late = {item.module for item in items if reads_smoke_run(item)}
     items.sort(key=lambda item: item.module in late)  # stable: the order within stays
 

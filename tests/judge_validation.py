@@ -14,8 +14,9 @@ sentence-tolerant verdict accepts it, else 'negated' or 'uncertain' when the jud
   statuses of their own, every other wrong answer must only be rejected);
 - the strict verdict on the short right answers (`short` and expected 'correct'): recall.
 
-Used by tests/test_judge_cases.py (thresholds) and benchmarks/judge_table.py (the table in
-docs/design.md). Works with older versions of the judge too (no negated/uncertain: 'wrong').
+Used by tests/evaluation/test_judge_cases.py (thresholds) and benchmarks/judge_table.py (the
+table in docs/design.md). Works with older versions of the judge too (no negated/uncertain:
+'wrong').
 """
 
 from __future__ import annotations

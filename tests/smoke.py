@@ -1,7 +1,8 @@
-"""The end-to-end smoke run of tests/test_e2e.py: its config, the Snakemake command line, and the
+"""The end-to-end smoke run of tests/e2e/: its config, the Snakemake command line, and the
 run itself, which starts in the background when the test session starts (tests/conftest.py) so
-that the other modules' tests use the CPU time its DAG leaves idle; test_e2e.py's `smoke_run`
-fixture waits for it. Through the test SLURM cluster where one answers, else locally."""
+that the other modules' tests use the CPU time its DAG leaves idle; the `smoke_run` fixture
+(tests/e2e/conftest.py) waits for it. Through the test SLURM cluster where one answers, else
+locally."""
 
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ def smoke_config(tmp: Path) -> Path:
         },
         "items": {"pool_max": 24, "max_per_language": 10},
         # Recovery decodes are lighter than the defaults here (2 beams, 3 samples): the pipeline
-        # path is what this test covers; the decodes are tested in test_recovery.py. They run on
-        # every selected item (scope all: the oracle table), and their budget floor of 8 is raised
-        # to the greedy budget (12) and to each gold's length + budget_margin.
+        # path is what this test covers; the decodes are tested in evaluation/test_recovery.py.
+        # They run on every selected item (scope all: the oracle table), and their budget floor of
+        # 8 is raised to the greedy budget (12) and to each gold's length + budget_margin.
         # device cpu: the numeric checks below (one torch thread, an exact-zero floor) are CPU
         # facts; on a machine with a GPU, `auto` would move the smoke run there
         "evaluation": {
@@ -55,7 +56,8 @@ def smoke_config(tmp: Path) -> Path:
         # One sparsity, 30%: it leaves MC-only items for every method to check (10% left none for
         # Wanda); a second one is added by the re-run test below. Each sparsity costs 3 prune and
         # 6 evaluate jobs, about two minutes of this run through SLURM.
-        # 2:4 (50%): one N:M checkpoint per method, its pattern checked on disk (test_e2e.py)
+        # 2:4 (50%): one N:M checkpoint per method, its pattern checked on disk
+        # (e2e/test_checkpoints.py)
         "pruning": {
             "methods": ["magnitude", "wanda", "sparsegpt"],
             "sparsities": [0.3],

@@ -9,7 +9,7 @@ import json
 import polars as pl
 
 from benchmark_illusion.__main__ import build_parser, main
-from test_sql import _cli_csv, _file_db, db  # noqa: F401  (db: the hand-built metric database)
+from metrics.test_sql import _cli_csv, _file_db, db  # noqa: F401  (db: the hand-built metric database)
 
 
 def test_every_argument_of_every_subcommand_has_help():

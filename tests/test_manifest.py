@@ -1,5 +1,5 @@
 """results/run.json: what the workflow's onsuccess step writes, on the hand-built metric
-database of test_sql.py and rule logs in the pipeline's own format."""
+database of metrics/test_sql.py and rule logs in the pipeline's own format."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from benchmark_illusion.manifest import LOADED, after_run, job_devices, summary_rows
 from benchmark_illusion.models.checkpoints import where
-from test_sql import _file_db, db  # noqa: F401  (db: the hand-built metric database)
+from metrics.test_sql import _file_db, db  # noqa: F401  (db: the hand-built metric database)
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     except DatabaseError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    import duckdb  # lazy: the judge command above stays light (tests/test_judge.py)
+    import duckdb  # lazy: the judge command above stays light (tests/evaluation/test_judge.py)
 
     try:
         if args.cmd == "sql":

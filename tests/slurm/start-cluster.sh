@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Start a real single-node SLURM cluster on this machine, for the tests (the smoke run of tests/test_e2e.py) and
+# Start a real single-node SLURM cluster on this machine, for the tests (the smoke run of tests/e2e/) and
 # for trying profiles/slurm without a cluster. Idempotent: a running cluster is left alone.
 #
 #   sudo tests/slurm/start-cluster.sh        # install (if needed), configure, start; ~1 s once installed

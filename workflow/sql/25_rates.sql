@@ -23,7 +23,7 @@
 -- true rates between 0.1 and 0.9 in only 86-87% of samples; Wilson's covers at least 92% there,
 -- Bonett-Price's at least 93% of paired differences (docs/metrics.md, "Which interval a rate
 -- gets"; benchmark_illusion.metrics.exact has the same formulas in Python, and
--- tests/test_intervals.py measures the coverage).
+-- tests/metrics/test_intervals.py measures the coverage).
 --
 -- The bootstrap's resampling unit is the item. One resample of a benchmark (model x dataset x
 -- language) is shared by every checkpoint, format and metric, so differences between

@@ -3,7 +3,7 @@
 
 Every reader takes them from here: the pruning and quantization code, the checkpoint names, the
 workflow's wildcard patterns and calibration inputs, the config checks, the names a variant made
-elsewhere may not take; the config schema's enums must agree (tests/test_config.py checks).
+elsewhere may not take; the config schema's enums must agree (tests/config/test_config.py checks).
 Imports nothing: the Snakefile's parse reads it.
 """
 

@@ -54,7 +54,7 @@ def _with_defaults(cls):
 def schema_defaults(section: str = "", schema_path: Path = SCHEMA_PATH) -> dict:
     """The schema's default of every key under `section` (dotted, e.g. 'evaluation.recovery'),
     nested sections as dicts: the one home of every default (dataclasses must agree with it,
-    tests/test_config.py checks)."""
+    tests/config/test_config.py checks)."""
     node = yaml.safe_load(Path(schema_path).read_text())
     for part in filter(None, section.split(".")):
         node = node["properties"][part]

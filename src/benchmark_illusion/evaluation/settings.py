@@ -1,6 +1,6 @@
 """Evaluation settings: what decides an evaluation's rows besides the checkpoint and the items
 (config `prompt`, `evaluation`, `judge`, `seed`; built from the evaluate rule's params by
-EvalSettings.from_params). Defaults equal the schema's (tests/test_config.py)."""
+EvalSettings.from_params). Defaults equal the schema's (tests/config/test_config.py)."""
 
 from __future__ import annotations
 

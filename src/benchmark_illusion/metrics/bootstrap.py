@@ -64,7 +64,7 @@ def draws(key: int, n: int, replicates: int) -> np.ndarray:
     splitmix64(key + (b * n + j + 1) * 0x9E3779B97F4A7C15) mod n. The same formula as the SQL
     macro bootstrap_draw (workflow/sql/20_item_values.sql), which defines the bootstrap_weights
     view; computed here because numpy draws the paper grid's 28 million in a fraction of a
-    second. tests/test_bootstrap.py checks both against Python integers, draw by draw."""
+    second. tests/metrics/test_bootstrap.py checks both against Python integers, draw by draw."""
     counter = np.arange(1, replicates * n + 1, dtype=np.uint64)
     z = np.uint64(key) + counter * np.uint64(_GOLDEN)  # uint64 arrays wrap mod 2^64
     z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)

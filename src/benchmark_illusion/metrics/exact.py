@@ -12,7 +12,7 @@ coverage `coverage` computes). The rates table (workflow/sql/25_rates.sql) there
   (`bonett_price`);
 
 and keeps the bootstrap for the other metrics. The SQL macros `wilson_low`, `wilson_high`,
-`bonett_price_low` and `bonett_price_high` there are these formulas; tests/test_intervals.py
+`bonett_price_low` and `bonett_price_high` there are these formulas; tests/metrics/test_intervals.py
 checks them against this module and measures the coverage with `coverage`.
 
 References:

@@ -1,6 +1,7 @@
 """The competency-gap tables (workflow/sql/concepts/) on a hand-built fixture.
 
-Logs: the 4-item / 7-item-pool fixture of test_sql.py (benchmark d/en; pruned checkpoint 'w').
+Logs: the 4-item / 7-item-pool fixture of metrics/test_sql.py (benchmark d/en; pruned checkpoint
+'w').
 Concepts: 4 latents. Activations a_c(x):
   d/en (7 items):  c0: i1 2.0, i2 1.0, i5 1.0   c1: i3 1.0, i4 3.0
                    c2: i1 0.5, i3 0.5, i6 1.0   c3: -
@@ -25,9 +26,9 @@ from benchmark_illusion.concepts.gaps import (
 )
 from benchmark_illusion.metrics.figures.make import make_figures
 from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES
-from test_sql import DENSE, POOL, PRUNED, build
+from metrics.test_sql import DENSE, POOL, PRUNED, build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONCEPT_SQL = sorted(str(p) for p in (ROOT / "workflow/sql/concepts").glob("*.sql"))
 
 ACTS = [

@@ -35,11 +35,11 @@ from benchmark_illusion.concepts.gaps import (
 )
 from benchmark_illusion.config.validate import ConfigError, validate_config
 from benchmark_illusion.metrics.figures.concepts import _concept_damage_figure
-from test_concepts_sql import concept_files
-from test_config import minimal
-from test_sql import build, row
+from concepts.test_concepts_sql import concept_files
+from config.test_config import minimal
+from metrics.test_sql import build, row
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONCEPT_SQL = sorted(str(p) for p in (ROOT / "workflow/sql/concepts").glob("*.sql"))
 LANGS = ("en", "de", "es")
 N = 40

@@ -27,7 +27,7 @@ from benchmark_illusion.evaluation.engines import (
 from benchmark_illusion.evaluation.engines.parity import parity
 from benchmark_illusion.evaluation.engines.vllm_engine import item_seed, supported
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 N_ITEMS = 6
 FORBID_ITEMS = 2
 

@@ -24,7 +24,7 @@ from benchmark_illusion.metrics.aggregate import (
 )
 from benchmark_illusion.metrics.exact import bonett_price, newcombe_difference, z_of
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 Z95 = z_of(0.95)  # the normal quantile of the default 95% intervals
 

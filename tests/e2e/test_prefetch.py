@@ -20,7 +20,7 @@ from benchmark_illusion.models.sources import ModelSourceError, fetch_hub_model
 from benchmark_illusion.scheduling.cluster import parameter_count
 from conftest import swap_two_tokens
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

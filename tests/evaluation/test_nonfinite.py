@@ -20,9 +20,9 @@ from benchmark_illusion.evaluation.recovery import RecoverySettings, recovery_ro
 from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
 from benchmark_illusion.models.keys import CheckpointKey, Placement
 from conftest import make_tiny_model
-from test_evaluate import ITEMS
+from evaluation.test_evaluate import ITEMS
+from evaluation.test_recovery import EXEMPLAR, ITEMS_EX
 from test_pipeline_steps import Strict, config, item_file, tiny_dir  # noqa: F401 (fixtures)
-from test_recovery import EXEMPLAR, ITEMS_EX
 
 IDS = [i["item_id"] for i in ITEMS]
 META = RunMeta("tiny", "magnitude", "2:4", 0.5, dataset="sample", lang="en")

@@ -10,7 +10,7 @@ import pytest
 
 from benchmark_illusion.metrics.aggregate import MetricSettings
 from benchmark_illusion.metrics.bootstrap import benchmark_counts, row_quantiles
-from test_sql import build, row
+from metrics.test_sql import build, row
 
 MASK = 2**64 - 1
 

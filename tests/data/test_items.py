@@ -17,7 +17,7 @@ from benchmark_illusion.data.spans import split_sentences, text_kind
 from benchmark_illusion.language import word_breaks
 from benchmark_illusion.textnorm import tokenize
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 RAW_SCHEMA = {
     "id": pl.String,

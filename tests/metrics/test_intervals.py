@@ -21,9 +21,9 @@ from benchmark_illusion.metrics.exact import (
     wilson,
     z_of,
 )
-from test_sql import DENSE, POOL, PRUNED, build
+from metrics.test_sql import DENSE, POOL, PRUNED, build
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RATES_SQL = ROOT / "workflow/sql/25_rates.sql"
 
 # --- the formulas --------------------------------------------------------------------------------
@@ -343,7 +343,7 @@ def test_each_kind_of_metric_gets_its_interval():
 
 
 def test_the_pipeline_sets_ci_z_and_the_rates_use_it(tmp_path):
-    """The whole aggregation on the hand-built logs of tests/test_sql.py: proportions get
+    """The whole aggregation on the hand-built logs of tests/metrics/test_sql.py: proportions get
     Wilson, drops and Delta_PR Bonett-Price, the rescaled rates the bootstrap of
     rate_intervals; at metrics.ci_level 0.8 too."""
     for level in (0.95, 0.8):

@@ -36,7 +36,7 @@ from benchmark_illusion.metrics.aggregate import create_views, perturbation_rows
 from benchmark_illusion.models.keys import CheckpointKey
 from conftest import ROOT, make_tiny_model
 from dag import planned_jobs
-from test_sql import DENSE, POOL, PRUNED, SQL, frame, row, selected_file
+from metrics.test_sql import DENSE, POOL, PRUNED, SQL, frame, row, selected_file
 
 SNAKEMAKE = ROOT / ".venv/bin/snakemake"
 
@@ -707,7 +707,7 @@ def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
 
     from benchmark_illusion.metrics.figures.common import pruning_methods
     from benchmark_illusion.metrics.figures.make import make_figures
-    from test_figures import assert_pngs, database
+    from metrics.test_figures import assert_pngs, database
 
     grid = [
         ("wanda", "unstructured", 0.25),

@@ -21,7 +21,7 @@ from benchmark_illusion.metrics.figures.accuracy import MC_ONLY_STATUSES
 from benchmark_illusion.metrics.figures.common import DECODES, FORMATS
 from benchmark_illusion.metrics.figures.make import FIGURES, make_figures
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
 
 
@@ -834,7 +834,7 @@ def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_stored_bits(
 
 @pytest.fixture(scope="module")
 def concepts(tmp_path_factory):
-    from test_concepts_sql import gaps_db
+    from concepts.test_concepts_sql import gaps_db
 
     con = gaps_db(tmp_path_factory.mktemp("concepts"), GapSettings(min_support=2, fdr_q=1.0))
     yield con

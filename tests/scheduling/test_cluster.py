@@ -33,7 +33,7 @@ from benchmark_illusion.scheduling.cluster import (
 )
 from dag import planned_jobs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 BUNDLED = {
     "source": "gguf_package",

@@ -24,7 +24,7 @@ from benchmark_illusion.config.validate import (
     validate_config,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 SAMPLE = str(ROOT / "resources" / "sample_qa" / "{lang}.json")
 BUNDLED = {

@@ -24,7 +24,7 @@ from benchmark_illusion.evaluation.prompts import (
 )
 from benchmark_illusion.evaluation.settings import FORMATS
 from conftest import BUNDLED, ROOT, make_tiny_model
-from test_sql import DENSE, POOL, PRUNED, build, row
+from metrics.test_sql import DENSE, POOL, PRUNED, build, row
 
 # Questions in several scripts: Latin, Greek, CJK, Thai, Devanagari, Arabic (and one whose
 # question ends in a question mark of its own script).

@@ -20,8 +20,8 @@ from benchmark_illusion.concepts import sae_train as T
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.config.validate import validate_config
 from benchmark_illusion.evaluation.prompts import PromptSettings, item_body, user_message
+from config.test_config import minimal
 from conftest import make_tiny_model
-from test_config import minimal
 
 
 def random_sae(d_in=16, d_sae=64, k=4, arch="topk", seed=0, **kw) -> S.SparseAutoencoder:
@@ -421,14 +421,14 @@ def test_max_activating_keeps_the_top_examples_per_latent():
 
 
 # ---------------------------------------------------------------------------------------------
-# the real bundled model (the SAE the e2e smoke run trains is tested in test_e2e.py: FVE floor,
-# PCA baseline, save/reload, the pretrained source)
+# the real bundled model (the SAE the e2e smoke run trains is tested in e2e/test_concepts.py:
+# FVE floor, PCA baseline, save/reload, the pretrained source)
 
 
 def test_an_sae_below_the_floor_fails_and_writes_nothing(bundled_model_dir, tmp_path):
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     rows = json.loads((root / "resources/sample_qa/en.json").read_text())["data"]
     items = [
         {

@@ -12,7 +12,7 @@ from benchmark_illusion.evaluation.evaluate import LOG_SCHEMA, EvalSettings, Run
 from benchmark_illusion.evaluation.prompts import PromptSettings, build_prompt, prompt_id
 from benchmark_illusion.evaluation.recovery import RecoverySettings
 from conftest import make_tiny_model
-from test_evaluate import ITEMS
+from evaluation.test_evaluate import ITEMS
 
 EXEMPLAR = dict(
     item_id="ex-1",

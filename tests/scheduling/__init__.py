@@ -1,0 +1,1 @@
+"""Tests of benchmark_illusion.scheduling."""
