@@ -146,7 +146,8 @@ def peak_rss_gib() -> float:
 
 
 def run_one(scale: str, replicates: int) -> dict:
-    from benchmark_illusion.metrics.aggregate import MetricSettings, build_database
+    from benchmark_illusion.metrics.aggregate import MetricSettings
+    from benchmark_illusion.metrics.steps import build_database
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)

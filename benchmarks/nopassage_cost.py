@@ -29,7 +29,8 @@ def main() -> None:
     from benchmark_illusion.data.items import build_items, validate_rows
     from benchmark_illusion.data.loaders import load_raw
     from benchmark_illusion.evaluation.evaluate import EvalSettings, RunMeta, evaluate_items
-    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
+    from benchmark_illusion.models.steps import import_model
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--langs", nargs="+", default=["en", "de", "es"])

@@ -94,7 +94,7 @@ def main() -> None:
         return
 
     if not (args.model_dir / "model.safetensors").is_file():
-        from benchmark_illusion.models.checkpoints import import_model
+        from benchmark_illusion.models.steps import import_model
 
         import_model(BUNDLED, args.model_dir)
 

@@ -239,7 +239,8 @@ def main() -> None:
         print_tables(results)
         return
 
-    from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
+    from benchmark_illusion.models.checkpoints import load_checkpoint
+    from benchmark_illusion.models.steps import import_model
 
     if not (args.model_dir / "model.safetensors").is_file():
         import_model(BUNDLED, args.model_dir)

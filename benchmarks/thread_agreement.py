@@ -211,7 +211,7 @@ def main() -> None:
 
     if not (args.model_dir / "model.safetensors").is_file():
         sys.path.insert(0, str(ROOT / "src"))
-        from benchmark_illusion.models.checkpoints import import_model
+        from benchmark_illusion.models.steps import import_model
 
         import_model(BUNDLED, args.model_dir)
 

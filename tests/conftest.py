@@ -161,7 +161,7 @@ def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
 @pytest.fixture(scope="session")
 def bundled_model_dir(tmp_path_factory):
     """The real bundled model imported once to safetensors for the whole test session."""
-    from benchmark_illusion.models.checkpoints import import_model
+    from benchmark_illusion.models.steps import import_model
 
     out = tmp_path_factory.mktemp("models") / "smollm2-135m"
     import_model(BUNDLED, out)

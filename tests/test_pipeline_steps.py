@@ -405,8 +405,8 @@ def test_the_light_rules_import_no_torch():
     assert {
         "benchmark_illusion.data.steps",
         "benchmark_illusion.metrics.aggregate",
-        "benchmark_illusion.concepts.gaps",
-        "benchmark_illusion.metrics.figures.make",
+        "benchmark_illusion.metrics.steps",
+        "benchmark_illusion.concepts.steps",
     } <= modules, modules
     _, heavy = heavy_imports(
         f"import importlib\nfor m in {sorted(modules)!r}: importlib.import_module(m)"

@@ -706,7 +706,7 @@ def test_figures_draw_the_floor_and_no_panel_of_a_twin(tmp_path):
     import duckdb as db_
 
     from benchmark_illusion.metrics.figures.common import pruning_methods
-    from benchmark_illusion.metrics.figures.make import make_figures
+    from benchmark_illusion.metrics.steps import make_figures
     from metrics.test_figures import assert_pngs, database
 
     grid = [

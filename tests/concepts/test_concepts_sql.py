@@ -19,13 +19,13 @@ import pytest
 
 from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.concepts.gaps import (
-    build_gaps_database,
     load_concept_tables,
     run_concept_sql,
     stability,
 )
-from benchmark_illusion.metrics.figures.make import make_figures
+from benchmark_illusion.concepts.steps import build_gaps_database
 from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES
+from benchmark_illusion.metrics.steps import make_figures
 from metrics.test_sql import DENSE, POOL, PRUNED, build
 
 ROOT = Path(__file__).resolve().parents[2]

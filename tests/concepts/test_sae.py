@@ -15,8 +15,8 @@ from benchmark_illusion.concepts import activations as C
 from benchmark_illusion.concepts import labels as L
 from benchmark_illusion.concepts import residual as R
 from benchmark_illusion.concepts import sae as S
-from benchmark_illusion.concepts import sae_build as B
 from benchmark_illusion.concepts import sae_train as T
+from benchmark_illusion.concepts import steps
 from benchmark_illusion.config import params as rule_params
 from benchmark_illusion.config.validate import validate_config
 from benchmark_illusion.evaluation.prompts import PromptSettings, item_body, user_message
@@ -458,7 +458,7 @@ def test_an_sae_below_the_floor_fails_and_writes_nothing(bundled_model_dir, tmp_
     }
     params = rule_params.sae(validate_config(config), "m")  # what the `sae` rule passes
     with pytest.raises(S.SAEError, match=r"below concepts.sae.fve_floor = 0.95"):
-        B.build_sae(
+        steps.build_sae(
             bundled_model_dir,
             tmp_path / "bad",
             params,

@@ -122,7 +122,7 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     from benchmark_illusion.compression.blockwise import decoder_layers
     from benchmark_illusion.compression.pruning.layerwise import PruneSettings, prune_model
     from benchmark_illusion.compression.quantization import QuantizeSettings, quantize_model
-    from benchmark_illusion.concepts import activations as concepts
+    from benchmark_illusion.concepts import steps as concept_steps
     from benchmark_illusion.config import params as rule_params
     from benchmark_illusion.config.validate import load_config
     from benchmark_illusion.evaluation.steps import EvalJob, evaluate_file
@@ -200,7 +200,7 @@ def test_one_thread_steps_agree_at_two_threads(smoke_run, tmp_path):
     differ = same_but_last_bits(rows.drop("seconds"), ran.drop("seconds"))
 
     act = "results/concepts/smollm2-135m/activations/sample/es"
-    concepts.concept_activations_file(
+    concept_steps.concept_activations_file(
         work / "results/concepts/smollm2-135m/sae",
         model,
         work / "results/items/sample/es.parquet",

@@ -184,7 +184,7 @@ def test_pretrained_source_loads_a_saelens_folder(smoke_run, tmp_path):
     from sae_lens import SAE
 
     from benchmark_illusion.concepts.sae import open_sae
-    from benchmark_illusion.concepts.sae_build import build_sae
+    from benchmark_illusion.concepts.steps import build_sae
     from benchmark_illusion.config import params as rule_params
     from benchmark_illusion.config.validate import load_config
 

@@ -15,8 +15,8 @@ import pytest
 import yaml
 from safetensors.torch import load_file
 
-from benchmark_illusion.models.checkpoints import import_model
-from benchmark_illusion.models.sources import ModelSourceError, fetch_hub_model
+from benchmark_illusion.models.sources import ModelSourceError
+from benchmark_illusion.models.steps import fetch_hub_model, import_model
 from benchmark_illusion.scheduling.cluster import parameter_count
 from conftest import swap_two_tokens
 

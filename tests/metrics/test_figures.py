@@ -16,10 +16,11 @@ from matplotlib.figure import Figure
 from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.evaluation.schema import LOG_SCHEMA
 from benchmark_illusion.metrics.aggregate import MetricSettings, create_views, run_metric_sql
-from benchmark_illusion.metrics.figures import make
 from benchmark_illusion.metrics.figures.accuracy import MC_ONLY_STATUSES
 from benchmark_illusion.metrics.figures.common import DECODES, FORMATS
-from benchmark_illusion.metrics.figures.make import FIGURES, make_figures
+from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES
+from benchmark_illusion.metrics.figures.names import METRIC_FIGURES as FIGURES
+from benchmark_illusion.metrics.steps import DRAW, make_figures
 
 ROOT = Path(__file__).resolve().parents[2]
 SQL = sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql"))
@@ -392,7 +393,7 @@ def draw(monkeypatch, tmp_path):
     monkeypatch.setattr(Figure, "savefig", savefig)
 
     def run(con, name):
-        getattr(make, name)(con, tmp_path / f"{name}.png")
+        DRAW[name](con, tmp_path / f"{name}.png")
         assert len(saved) == 1, name
         return saved.pop()
 
@@ -959,3 +960,9 @@ def test_concept_damage_draws_the_open_and_mc_drops_of_the_damaged_concepts(conc
         assert offsets[:, 1].tolist() == approx([y for _, y in open_bars])
         labels = [t.get_text() for t in ax.get_yticklabels()]
         assert [label.split()[0] for label in labels] == [f"#{r[0]}" for r in rows]
+
+
+def test_every_listed_figure_has_its_drawing_and_no_other():
+    """figures/names.py lists the figures the rules, report and tests read; make_figures draws
+    each by name from metrics.steps.DRAW: the two name the same figures."""
+    assert set(DRAW) == {*FIGURES, *CONCEPT_FIGURES}

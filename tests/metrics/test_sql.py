@@ -1177,7 +1177,7 @@ def test_quantized_checkpoints_flow_through_every_table_with_their_bits(tmp_path
 def test_derived_views_read_tables_only_so_the_database_works_without_the_logs(tmp_path):
     """item_values and bootstrap_weights are views: opened elsewhere, with the log files gone,
     they still answer (only the views over the Parquet logs need those)."""
-    from benchmark_illusion.metrics.aggregate import build_database
+    from benchmark_illusion.metrics.steps import build_database
 
     frame(DENSE + PRUNED).write_parquet(tmp_path / "g.parquet")
     frame(POOL).write_parquet(tmp_path / "p.parquet")

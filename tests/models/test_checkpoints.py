@@ -9,10 +9,10 @@ import torch
 
 from benchmark_illusion.models.checkpoints import (
     ModelSourceError,
-    import_model,
     load_checkpoint,
     resolve_gguf,
 )
+from benchmark_illusion.models.steps import import_model
 from conftest import BUNDLED
 
 pytestmark = pytest.mark.e2e

@@ -1,7 +1,7 @@
 """Variants saved in llm-compressor's compressed-tensors format: a W4A16 pack-quantized checkpoint
 of a tiny random Llama model, made with the compressed-tensors API (round-to-nearest scales from
 each group's range, where llm-compressor would calibrate them), imported by
-variants.import_variant as plain float weights; and a sparse-bitmask one, which compressed-tensors
+steps.import_variant as plain float weights; and a sparse-bitmask one, which compressed-tensors
 >= 0.15 cannot decompress, refused instead of loaded with random weights."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 from tokenizers.models import WordLevel
 from transformers import PreTrainedTokenizerFast
 
-from benchmark_illusion.models import variants
+from benchmark_illusion.models import steps
 from benchmark_illusion.models.sources import ModelSourceError
 from conftest import make_tiny_model
 
@@ -99,7 +99,7 @@ def test_import_variant_decompresses_a_w4a16_checkpoint_to_plain_weights(folders
     from compressed_tensors.quantization import QuantizationScheme
 
     out = tmp_path / "imported"
-    result = variants.import_variant(
+    result = steps.import_variant(
         {"dtype": "float32"},
         {"source": "local", "path": str(folders / "w4a16"), "method": "w4a16"},
         out,
@@ -178,7 +178,7 @@ def test_a_sparse_bitmask_checkpoint_is_refused_not_loaded_at_random(folders, tm
     folder = tmp_path / "bitmask"
     save_sparse_bitmask(make_tiny_model(VOCAB), folder, tiny_tokenizer())
     with pytest.raises(ModelSourceError, match="sparse format 'sparse-bitmask'"):
-        variants.import_variant(
+        steps.import_variant(
             {"dtype": "float32"},
             {"source": "local", "path": str(folder), "method": "bitmask"},
             tmp_path / "imported",

@@ -1,14 +1,15 @@
 from benchmark_illusion import logs
-from benchmark_illusion.metrics import aggregate
+from benchmark_illusion.metrics.aggregate import MetricSettings
+from benchmark_illusion.metrics.steps import build_database
 
 logs.to_file(snakemake.log[0])
-aggregate.build_database(
+build_database(
     snakemake.output[0],
     generations=list(snakemake.input.generations),
     selected=list(snakemake.input.selected),
     pool=list(snakemake.input.pool),
     sql_files=list(snakemake.input.sql),
-    settings=aggregate.MetricSettings(**snakemake.params.metrics),
+    settings=MetricSettings(**snakemake.params.metrics),
     item_reports=list(snakemake.input.item_reports),
     perturbation_reports=list(snakemake.input.perturbations),
     variant_reports=list(snakemake.input.variants),

@@ -1,13 +1,13 @@
 from pathlib import Path
 
 from benchmark_illusion import logs
-from benchmark_illusion.concepts import gaps as competency
 from benchmark_illusion.concepts.gap_settings import GapSettings
+from benchmark_illusion.concepts.steps import build_gaps_database
 
 logs.to_file(snakemake.log[0])
 # results/concepts/{model}/sae: the model is the folder above
 fits = {Path(d).parent.name: str(Path(d) / "fit.json") for d in snakemake.input.sae}
-competency.build_gaps_database(
+build_gaps_database(
     snakemake.input.db,
     snakemake.output[0],
     activations=list(snakemake.input.activations),

@@ -1,13 +1,13 @@
 import torch
 
 from benchmark_illusion import logs
-from benchmark_illusion.concepts import activations as concepts
+from benchmark_illusion.concepts.steps import concept_activations_file
 from benchmark_illusion.models.checkpoints import resolve_device
 
 logs.to_file(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 w = snakemake.wildcards
-concepts.concept_activations_file(
+concept_activations_file(
     snakemake.input.sae,
     snakemake.input.model,
     snakemake.input.item_table,

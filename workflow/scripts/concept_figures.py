@@ -1,8 +1,8 @@
 from pathlib import Path
 
 from benchmark_illusion import logs
-from benchmark_illusion.metrics.figures.make import make_figures
 from benchmark_illusion.metrics.figures.names import CONCEPT_FIGURES
+from benchmark_illusion.metrics.steps import make_figures
 
 logs.to_file(snakemake.log[0])
 written = make_figures(snakemake.input[0], Path(snakemake.output[0]).parent, CONCEPT_FIGURES)

@@ -1,12 +1,12 @@
 import torch
 
 from benchmark_illusion import logs
-from benchmark_illusion.concepts import labels
+from benchmark_illusion.concepts.steps import concept_labels_file
 from benchmark_illusion.models.checkpoints import resolve_device
 
 logs.to_file(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
-labels.concept_labels_file(
+concept_labels_file(
     snakemake.input.sae,
     snakemake.input.model,
     snakemake.output[0],

@@ -1,6 +1,6 @@
 from benchmark_illusion import logs
 from benchmark_illusion.io import write_json
-from benchmark_illusion.models.sources import fetch_hub_model
+from benchmark_illusion.models.steps import fetch_hub_model
 
 log = logs.to_file(snakemake.log[0])
 record = fetch_hub_model(snakemake.params.model)

@@ -2,12 +2,12 @@ import json
 from pathlib import Path
 
 from benchmark_illusion import logs
-from benchmark_illusion.models import variants
+from benchmark_illusion.models import steps
 
 log = logs.to_file(snakemake.log[0])
 p = snakemake.params.variant
 fetched = snakemake.input.get("fetched")  # a hub variant: the files fetch_hub_variant downloaded
-out = variants.import_variant(
+out = steps.import_variant(
     p["base"],
     p["variant"],
     snakemake.output[0],

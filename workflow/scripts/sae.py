@@ -1,13 +1,13 @@
 import torch
 
 from benchmark_illusion import logs
-from benchmark_illusion.concepts import sae_build
+from benchmark_illusion.concepts.steps import build_sae
 from benchmark_illusion.models.checkpoints import resolve_device
 
 logs.to_file(snakemake.log[0])
 torch.set_num_threads(snakemake.threads)
 p = snakemake.params.config  # exactly what decides the SAE (a change re-runs this rule)
-sae_build.build_sae(
+build_sae(
     snakemake.input.model,
     snakemake.output[0],
     p,

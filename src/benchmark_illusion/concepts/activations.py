@@ -38,7 +38,6 @@ from benchmark_illusion.evaluation.prompts import (
     build_prompt,
     item_body,
 )
-from benchmark_illusion.io import write_parquet
 from benchmark_illusion.models.checkpoints import load_checkpoint
 
 log = logging.getLogger("benchmark_illusion")
@@ -278,61 +277,3 @@ def item_concepts(
                 )
         out[start : start + len(part)] /= counts.clamp_min(1).unsqueeze(1).float()
     return out, n_tok, n_exc
-
-
-def concept_activations_file(
-    sae_folder: str | Path,
-    model_dir: str | Path,
-    items_file: str | Path,
-    out: str | Path,
-    out_tokens: str | Path,
-    params: dict,
-    *,
-    model: str,
-    dataset: str,
-    lang: str,
-    device: str = "cpu",
-) -> int:
-    """Write the sparse per-item concept activations of one benchmark; returns the row count.
-
-    params: the rule's (benchmark_illusion.config.params.activations): prompt, concepts.tokens,
-    concepts.batch_size.
-    """
-    s = ConceptSettings.for_activations(params)
-    sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
-    items = pl.read_parquet(items_file).to_dicts()
-    a, n_tok, n_exc = item_concepts(
-        sae, reader, tok, PromptSettings(**params["prompt"]), items, s, device
-    )
-    idx = a.nonzero(as_tuple=False)
-    ids = [it["item_id"] for it in items]
-    base = {"model": model, "dataset": dataset, "lang": lang}
-    rows = pl.DataFrame(
-        {
-            **{k: [v] * len(idx) for k, v in base.items()},
-            "item_id": [ids[i] for i in idx[:, 0].tolist()],
-            "concept": idx[:, 1].tolist(),
-            "activation": a[idx[:, 0], idx[:, 1]].tolist(),
-        },
-        schema=ACTIVATION_SCHEMA,
-    )
-    tokens = pl.DataFrame(
-        {
-            **{k: [v] * len(items) for k, v in base.items()},
-            "item_id": ids,
-            "n_tokens": n_tok,
-            "n_excluded": n_exc,
-        },
-        schema=TOKENS_SCHEMA,
-    )
-    write_parquet(rows, out)
-    write_parquet(tokens, out_tokens)
-    log.info(
-        "%s/%s: %d items, %d (item, concept) rows, %.1f active concepts per item",
-        dataset,
-        lang,
-        len(items),
-        len(rows),
-        len(rows) / max(len(items), 1),
-    )
-    return len(rows)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -22,7 +21,6 @@ import polars as pl
 from benchmark_illusion.concepts.damage import damage_tests
 from benchmark_illusion.concepts.gap_settings import GapSettings
 from benchmark_illusion.io import parquet_list
-from benchmark_illusion.metrics import dbfile
 from benchmark_illusion.metrics.aggregate import add_bits_columns, run_sql, split_report_files
 
 log = logging.getLogger("benchmark_illusion")
@@ -192,56 +190,3 @@ def stability(
         ORDER BY ALL""").pl()
     con.unregister("stability_values")
     return out
-
-
-def build_gaps_database(
-    stage_db: str | Path,
-    out_db: str | Path,
-    *,
-    activations: list[str],
-    tokens: list[str],
-    labels: list[str],
-    sql_files: list[str],
-    settings: GapSettings,
-    sae_fits: dict[str, str] | None = None,
-    log_path: str = "logs/competency_gaps.log",
-) -> None:
-    """Copy the metric database, add the concept tables, write out_db atomically (stopping
-    first when another process holds out_db read-write: dbfile.replace_database).
-
-    sae_fits: model -> its SAE's fit.json (table concept_sae).
-    """
-    settings.check()
-    with dbfile.replace_database(out_db, log_path) as tmp:
-        shutil.copyfile(stage_db, tmp)
-        con = duckdb.connect(str(tmp))
-        con.execute("SET enable_progress_bar = false")
-        try:
-            load_concept_tables(con, activations, tokens, labels)
-            if sae_fits:
-                load_sae_fits(con, sae_fits)
-            run_concept_sql(con, sql_files, settings)
-            stab = stability(con, sql_files, settings)
-            if len(stab):
-                con.register("stab", stab)
-                con.execute("CREATE OR REPLACE TABLE concept_stability AS SELECT * FROM stab")
-                con.unregister("stab")
-            else:
-                con.execute("""CREATE OR REPLACE TABLE concept_stability
-                    (model VARCHAR, metric VARCHAR, scope VARCHAR,
-                    repeats INTEGER, fraction DOUBLE, n_values BIGINT, median_abs_change DOUBLE,
-                    p90_abs_change DOUBLE, max_abs_change DOUBLE, median_rel_change DOUBLE,
-                    p90_rel_change DOUBLE, median_spearman DOUBLE)""")
-            for name in (
-                "chi_bench",
-                "coverage_gaps",
-                "chi_model",
-                "model_gaps",
-                "concept_damage",
-                "concept_damage_tests",
-                "concept_stability",
-            ):
-                n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
-                log.info("%s: %d rows", name, n)
-        finally:
-            con.close()

@@ -10,15 +10,13 @@ concepts.labels.labeler, by a labeler LLM (llm_labels). Definitions: docs/concep
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import polars as pl
 import torch
 
-from benchmark_illusion.concepts.activations import ConceptSettings, open_with_reader
+from benchmark_illusion.concepts.activations import ConceptSettings
 from benchmark_illusion.concepts.residual import ResidualReader, read_activations
 from benchmark_illusion.evaluation.engine import pad_id
-from benchmark_illusion.io import write_parquet
 from benchmark_illusion.models.checkpoints import load_source
 
 log = logging.getLogger("benchmark_illusion")
@@ -103,59 +101,7 @@ def short_label(tokens: list[str], activations: list[float], n: int = 3) -> str 
     return " | ".join(best)
 
 
-def concept_labels_file(
-    sae_folder: str | Path,
-    model_dir: str | Path,
-    out: str | Path,
-    params: dict,
-    *,
-    model: str,
-    device: str = "cpu",
-) -> pl.DataFrame:
-    """Write labels.parquet for every latent of the SAE (latents that never fire get no label).
-
-    params: the rule's (benchmark_illusion.config.params.labels): concepts.batch_size,
-    concepts.labels.
-    """
-    s = ConceptSettings.for_labels(params)
-    sae, reader, tok = open_with_reader(sae_folder, model_dir, device)
-    corpus = pl.read_parquet(Path(sae_folder) / "corpus.parquet")
-    seqs = [list(x) for x in corpus["input_ids"].to_list()]
-    stats, top = max_activating(sae, reader, tok, seqs, s, device)
-    ex = _examples(tok, seqs, top, s.context_tokens)
-    per = ex.group_by("concept", maintain_order=True).agg(
-        top_tokens=pl.col("token"),
-        top_activations=pl.col("activation"),
-        examples=pl.struct("activation", "token", "context"),
-        max_activation=pl.col("activation").max(),
-    )
-    labels = [
-        short_label(t, a)
-        for t, a in zip(per["top_tokens"].to_list(), per["top_activations"].to_list(), strict=True)
-    ]
-    per = per.with_columns(label=pl.Series(labels, dtype=pl.Utf8)).drop("top_activations")
-    df = stats.join(per, on="concept", how="left").with_columns(model=pl.lit(model))
-    llm = [None] * len(df)
-    if s.labeler:
-        llm = llm_labels(s.labeler, df)
-    df = df.with_columns(llm_label=pl.Series(llm, dtype=pl.Utf8)).select(
-        "model",
-        "concept",
-        "label",
-        "llm_label",
-        "n_fired",
-        "density",
-        "max_activation",
-        "top_tokens",
-        "examples",
-    )
-    write_parquet(df, out)
-    live = int((df["n_fired"] > 0).sum())
-    log.info("labels: %d latents, %d fire on the corpus", len(df), live)
-    return df
-
-
-def _examples(tok, seqs: list[list[int]], top: pl.DataFrame, ctx: int) -> pl.DataFrame:
+def examples_in_context(tok, seqs: list[list[int]], top: pl.DataFrame, ctx: int) -> pl.DataFrame:
     """The top examples with their text: (concept, activation, token, context), the token marked
     [[like this]] between ctx tokens before it and max(1, ctx // 4) after it."""
     ex_rows = []

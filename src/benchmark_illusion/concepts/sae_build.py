@@ -11,14 +11,13 @@ Output folder: sae/ (SAELens format), fit.json (fit statistics), corpus.parquet 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
 import torch
 
-from benchmark_illusion.concepts.activations import ConceptSettings, build_corpus
+from benchmark_illusion.concepts.activations import ConceptSettings
 from benchmark_illusion.concepts.residual import (
     Activations,
     ResidualReader,
@@ -28,18 +27,14 @@ from benchmark_illusion.concepts.residual import (
 )
 from benchmark_illusion.concepts.sae import (
     SAEError,
-    SAELensAdapter,
     SparseAutoencoder,
     add_metadata,
     hook_name,
     load_pretrained,
     parse_hook,
 )
-from benchmark_illusion.concepts.sae_train import ActivationStream, fit_stats, pca_fve, train_topk
-from benchmark_illusion.evaluation.engine import pad_id
-from benchmark_illusion.evaluation.prompts import PromptSettings
+from benchmark_illusion.concepts.sae_train import ActivationStream, train_topk
 from benchmark_illusion.io import atomic_path, write_json, write_parquet
-from benchmark_illusion.models.checkpoints import load_checkpoint
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -50,84 +45,7 @@ def default_layer(n_layers: int) -> int:
     return n_layers // 2
 
 
-def build_sae(
-    model_dir: str | Path,
-    out_dir: str | Path,
-    params: dict,
-    *,
-    item_files=(),
-    calibration=None,
-    pretrained: dict | None = None,
-    device: str = "cpu",
-) -> dict:
-    """Train (or load) the model's SAE and write out_dir atomically; returns the fit statistics.
-
-    params: the rule's (benchmark_illusion.config.params.sae): seed, prompt,
-    concepts.layer / sae / batch_size.
-    Raises SAEError when the held-out FVE is below concepts.sae.fve_floor (nothing is written).
-    """
-    t0 = time.perf_counter()
-    s = ConceptSettings.for_sae(params)
-    prompt = PromptSettings(**params["prompt"])
-    model, tok = load_checkpoint(model_dir, device=device)
-    hook, src = _resolve_hook(model, s, pretrained)
-    reader = ResidualReader(model, hook)
-    corpus = build_corpus(tok, prompt, s, item_files=item_files, calibration=calibration)
-    seqs = [list(x) for x in corpus["input_ids"].to_list()]
-    read, threshold = _corpus_reader(reader, seqs, s, pad_id(tok), device)
-    log.info(
-        "SAE corpus: %d sequences, %d tokens; hook %s; norm threshold %.1f",
-        len(seqs),
-        sum(map(len, seqs)),
-        hook,
-        threshold,
-    )
-
-    split = corpus["split"].to_list()
-    train_idx = [i for i, sp in enumerate(split) if sp == "train"]
-    held_idx = [i for i, sp in enumerate(split) if sp == "heldout"]
-    held = read(held_idx)
-    meta = {
-        "model_name": Path(model_dir).name,
-        "hook_name": hook,
-        "norm_threshold": threshold,
-        "norm_factor": s.norm_factor,
-        "trained_by": "benchmark_illusion",
-    }
-    if src is not None:
-        sae, history, train_acts = SAELensAdapter(src, meta), [], None
-    else:
-        sae, history, train_acts = _train(read, train_idx, seqs, model.config.hidden_size, s, meta)
-    stats = fit_stats(sae, held.acts)
-    stats.update(
-        hook_name=hook,
-        d_sae=sae.d_sae,
-        k=getattr(sae, "k", None),
-        norm_threshold=threshold,
-        heldout_positions=len(held.acts),
-        heldout_excluded=held.n_excluded,
-        **_corpus_stats(corpus, seqs),
-        source="pretrained" if pretrained else "train",
-        pretrained=pretrained,
-        fve_floor=s.fve_floor,
-        history=history,
-        seconds=round(time.perf_counter() - t0, 1),
-    )
-    if train_acts is not None and sae.k:
-        stats["pca_fve_same_k"] = pca_fve(train_acts, held.acts, int(sae.k))
-    log.info(
-        "SAE fit on %d held-out positions: FVE %.3f, L0 %.1f, dead %.4f",
-        len(held.acts),
-        stats["fve"],
-        stats["l0"],
-        stats["dead_fraction"],
-    )
-    _check_fve_floor(stats, s.fve_floor, Path(model_dir).name, hook)
-    _write_folder(out_dir, sae, src, meta, corpus, stats)
-    return stats
-
-
-def _resolve_hook(model, s: ConceptSettings, pretrained: dict | None) -> tuple[str, object | None]:
+def resolve_hook(model, s: ConceptSettings, pretrained: dict | None) -> tuple[str, object | None]:
     """The hook the SAE reads, and the SAELens SAE when the model names a published one
     (its hook and width must fit the model); otherwise the hook of concepts.layer (null: the
     middle decoder layer)."""
@@ -150,7 +68,7 @@ def _resolve_hook(model, s: ConceptSettings, pretrained: dict | None) -> tuple[s
     return hook_name(layer), None
 
 
-def _corpus_reader(
+def corpus_reader(
     reader: ResidualReader, seqs: list[list[int]], s: ConceptSettings, pad: int, device: str
 ) -> tuple[Callable[[list[int]], Activations], float]:
     """read(sequence indices) -> their activations up to the norm threshold, and the threshold
@@ -187,7 +105,7 @@ def _corpus_reader(
     return read, threshold
 
 
-def _train(
+def train_sae(
     read: Callable[[list[int]], Activations],
     train_idx: list[int],
     seqs: list[list[int]],
@@ -204,7 +122,7 @@ def _train(
     return sae, history, stream.cached
 
 
-def _corpus_stats(corpus: pl.DataFrame, seqs: list[list[int]]) -> dict:
+def corpus_stats(corpus: pl.DataFrame, seqs: list[list[int]]) -> dict:
     """Sequences, tokens and sequences per source of the corpus (fit.json)."""
     return {
         "corpus_sequences": len(seqs),
@@ -216,7 +134,7 @@ def _corpus_stats(corpus: pl.DataFrame, seqs: list[list[int]]) -> dict:
     }
 
 
-def _check_fve_floor(stats: dict, floor: float, model_name: str, hook: str) -> None:
+def check_fve_floor(stats: dict, floor: float, model_name: str, hook: str) -> None:
     if not stats["fve"] >= floor:
         raise SAEError(
             f"SAE for {model_name} at {hook}: held-out FVE {stats['fve']:.3f} is below "
@@ -226,7 +144,7 @@ def _check_fve_floor(stats: dict, floor: float, model_name: str, hook: str) -> N
         )
 
 
-def _write_folder(
+def write_sae_folder(
     out_dir: str | Path, sae, src, meta: dict, corpus: pl.DataFrame, stats: dict
 ) -> None:
     """Write sae/, corpus.parquet and fit.json atomically (a failure leaves no folder)."""

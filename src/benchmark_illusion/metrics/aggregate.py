@@ -18,7 +18,7 @@ import duckdb
 
 from benchmark_illusion.compression.perturbation import REPORT as PERTURBATION_REPORT
 from benchmark_illusion.io import parquet_list
-from benchmark_illusion.metrics import bootstrap, dbfile, exact, illusion
+from benchmark_illusion.metrics import bootstrap, exact, illusion
 from benchmark_illusion.models import variants
 
 log = logging.getLogger("benchmark_illusion")
@@ -337,50 +337,6 @@ def run_metric_sql(
     run_sql_files(con, tables, settings)
     add_bits_columns(con)
     run_sql_files(con, reports, settings)
-
-
-def build_database(
-    db_path: str | Path,
-    generations: list[str],
-    selected: list[str],
-    pool: list[str],
-    sql_files: list[str],
-    settings: MetricSettings | None = None,
-    item_reports: list[str] | None = None,
-    perturbation_reports: list[str] | None = None,
-    model_sources: dict | None = None,
-    variant_reports: list[str] | None = None,
-    log_path: str = "logs/aggregate.log",
-) -> None:
-    """Write the database atomically: an interrupted run leaves the previous file intact.
-
-    Before any work: no other process may hold the database read-write, and every Parquet log
-    must be readable (dbfile.check_free, dbfile.check_parquet: one-line errors naming the
-    holder or the file). The new file replaces the old by one rename, with its last good copy
-    and without a stale write-ahead log beside it (dbfile.replace_database)."""
-    logs = [*generations, *selected, *pool]
-    with dbfile.replace_database(db_path, log_path, lambda: dbfile.check_parquet(logs)) as tmp:
-        con = duckdb.connect(str(tmp))
-        try:
-            create_views(
-                con,
-                generations,
-                selected,
-                pool,
-                item_reports,
-                perturbation_reports,
-                model_sources,
-                variant_reports,
-            )
-            run_metric_sql(con, sql_files, settings)
-            for (name,) in con.execute(
-                "SELECT table_name FROM information_schema.tables "
-                "WHERE table_type = 'BASE TABLE' ORDER BY 1"
-            ).fetchall():
-                n = con.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0]
-                log.info("%s: %d rows", name, n)
-        finally:
-            con.close()
 
 
 def connect(db_path: str | Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:

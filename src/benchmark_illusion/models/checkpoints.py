@@ -165,12 +165,6 @@ def load_source(cfg: dict) -> Imported:
     return Imported(model, tok, prov)
 
 
-def import_model(cfg: dict, out_dir: str | os.PathLike) -> dict:
-    """Import the model of `cfg` into `out_dir` (atomically); return its provenance record."""
-    t0 = time.perf_counter()
-    return save_imported(load_source(cfg), out_dir, t0=t0)
-
-
 def save_imported(
     imported: Imported,
     out_dir: str | os.PathLike,

@@ -160,55 +160,6 @@ def gguf_header(path: str | Path, keys: set[str], lists: set[str] = frozenset())
 HUB_PATTERNS = ("*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken", "*.jinja")
 
 
-def fetch_hub_model(cfg: dict) -> dict:
-    """Download a `hub` model's files into the local hub cache (HF_HOME; HF_TOKEN for gated
-    models) and return the record the import reads: id, revision, the commit it resolved to,
-    the snapshot folder, its files and their parameter count (safetensors headers). Runs where
-    the run is started (a local rule): compute nodes then read the cache and need no network."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    repo, revision = cfg["id"], cfg.get("revision")
-    patterns = list(HUB_PATTERNS) + (["*.py"] if cfg.get("trust_remote_code") else [])
-    try:
-        folder = Path(snapshot_download(repo, revision=revision, allow_patterns=patterns))
-    except GatedRepoError as e:
-        raise ModelSourceError(
-            f"hub model {repo} is gated: accept its license on the hub with your account and "
-            f"set HF_TOKEN (or run `hf auth login`) where you start the run ({e})"
-        ) from None
-    except RepositoryNotFoundError:
-        raise ModelSourceError(
-            f"hub model {repo} not found (or private: set HF_TOKEN); check models.*.id"
-        ) from None
-    except RevisionNotFoundError:
-        raise ModelSourceError(f"hub model {repo} has no revision {revision!r}") from None
-    except LocalEntryNotFoundError as e:
-        raise ModelSourceError(
-            f"hub model {repo} is not in the hub cache and the hub cannot be reached "
-            f"(HF_HUB_OFFLINE, or no network here): {e}"
-        ) from None
-    n = safetensors_params(folder)
-    if not n:
-        raise ModelSourceError(
-            f"hub model {repo} has no safetensors weights at {revision or 'main'}: the pipeline "
-            f"loads safetensors only (convert the weights, or point a `local` source at them)"
-        )
-    return {
-        "id": repo,
-        "revision": revision or "main",
-        "commit": folder.name,
-        "snapshot": str(folder),
-        "files": sorted(p.name for p in folder.iterdir()),
-        "n_parameters": n,
-    }
-
-
 def safetensors_params(folder: Path) -> int | None:
     """Parameter count from the headers of every *.safetensors file in folder."""
     files = sorted(folder.glob("*.safetensors"))

@@ -59,7 +59,8 @@ from benchmark_illusion.evaluation.decoding import RowContext, Tokens, stop_rule
 from benchmark_illusion.evaluation.evaluate import RunMeta, evaluate_items
 from benchmark_illusion.evaluation.recovery import recovery_rows
 from benchmark_illusion.evaluation.settings import EvalSettings, RecoverySettings
-from benchmark_illusion.models.checkpoints import import_model, load_checkpoint
+from benchmark_illusion.models.checkpoints import load_checkpoint
+from benchmark_illusion.models.steps import import_model
 from benchmark_illusion.scheduling.cluster import job_threads
 
 PARTS = ("open+mc", "candidates", "mc_nopassage", "beam", "sample", "oneshot")
