@@ -192,3 +192,53 @@ def test_the_checks_see_a_violation():
     assert stage_violations(one(f"{PACKAGE}.data.spans", lazy)) == [
         f"{PACKAGE}.data.spans:2 imports {PACKAGE}.evaluation.text"
     ]
+
+
+def step_calls(script: Path) -> set[str]:
+    """The `<stage>.steps` functions a rule's script calls: imported by name from the module
+    (`from x.steps import f`), or through the module (`from x import steps as s`, `s.f(...)`)."""
+    tree = ast.parse(script.read_text(encoding="utf-8"))
+    names, mods = {}, {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            for alias in node.names:
+                if node.module.endswith(".steps"):
+                    names[alias.asname or alias.name] = node.module
+                elif alias.name == "steps":
+                    mods[alias.asname or alias.name] = f"{node.module}.steps"
+    out = set()
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Call):
+            continue
+        f = n.func
+        if isinstance(f, ast.Name) and f.id in names:
+            out.add(f"{names[f.id]}.{f.id}")
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in mods:
+            out.add(f"{mods[f.value.id]}.{f.attr}")
+    return out
+
+
+def test_every_rule_script_calls_the_steps_of_its_stage_and_every_stage_has_them():
+    """A rule's script is a thin adapter: it calls a function of a `<stage>/steps.py` (and no
+    package code that would be a step in hiding); each stage with rules keeps its file steps in
+    that one module."""
+    scripts = sorted((ROOT / "workflow/scripts").glob("*.py"))
+    calls = {s.name: step_calls(s) for s in scripts}
+    assert calls and all(calls.values()), {k: v for k, v in calls.items() if not v}
+    stages = {c.split(".")[1] for called in calls.values() for c in called}
+    assert stages == {"data", "models", "compression", "evaluation", "concepts", "metrics"}
+    for stage in stages:
+        assert (SRC / PACKAGE / stage / "steps.py").is_file(), stage
+    assert not (SRC / PACKAGE / "pipeline.py").exists()  # no stage's steps outside its stage
+
+
+def test_step_calls_see_a_script_without_a_step(tmp_path):
+    bare = tmp_path / "bare.py"
+    bare.write_text("from benchmark_illusion.metrics import aggregate\naggregate.connect('x')\n")
+    assert step_calls(bare) == set()
+    good = tmp_path / "good.py"
+    good.write_text("from benchmark_illusion.metrics.steps import make_figures as m\nm(1, 2)\n")
+    assert step_calls(good) == {"benchmark_illusion.metrics.steps.m"}
+    via = tmp_path / "via.py"
+    via.write_text("from benchmark_illusion.data import steps as d\nd.select_items_file(1)\n")
+    assert step_calls(via) == {"benchmark_illusion.data.steps.select_items_file"}

@@ -135,38 +135,23 @@ def concept_extremes(con, path: Path) -> None:
     for r, model in enumerate(models):
         b = bench.filter(pl.col("model") == model)
         m = model_df.filter(pl.col("model") == model)
-        _bars(
-            axes[r][0],
-            b.sort(["chi_bench", "concept"], descending=[True, False]).head(n),
-            "chi_bench",
-            f"{model}: best covered",
-            "chi_bench (across benchmarks)",
-            "tab:green",
+        dense = "chi_model (open, dense, pool items)"
+        panels = (  # (rows, column, highest first, title, x label, colour), one per column
+            (b, "chi_bench", True, "best covered", "chi_bench (across benchmarks)", "tab:green"),
+            (
+                b,
+                "chi_bench",
+                False,
+                "least covered (active)",
+                "chi_bench (across benchmarks)",
+                "tab:red",
+            ),
+            (m, "chi_model", True, "dense model strongest", dense, "tab:blue"),
+            (m, "chi_model", False, "dense model weakest (gaps)", dense, "tab:orange"),
         )
-        _bars(
-            axes[r][1],
-            b.sort(["chi_bench", "concept"]).head(n),
-            "chi_bench",
-            f"{model}: least covered (active)",
-            "chi_bench (across benchmarks)",
-            "tab:red",
-        )
-        _bars(
-            axes[r][2],
-            m.sort(["chi_model", "concept"], descending=[True, False]).head(n),
-            "chi_model",
-            f"{model}: dense model strongest",
-            "chi_model (open, dense, pool items)",
-            "tab:blue",
-        )
-        _bars(
-            axes[r][3],
-            m.sort(["chi_model", "concept"]).head(n),
-            "chi_model",
-            f"{model}: dense model weakest (gaps)",
-            "chi_model (open, dense, pool items)",
-            "tab:orange",
-        )
+        for ax, (df, col, top, title, xlabel, color) in zip(axes[r], panels, strict=True):
+            rows = df.sort([col, "concept"], descending=[top, False]).head(n)
+            _bars(ax, rows, col, f"{model}: {title}", xlabel, color)
         for ax in axes[r][2:]:
             ax.set_xlim(0, 1.12)  # room for the value printed after a bar at 1
     fig.suptitle(
