@@ -169,11 +169,11 @@ def run_one(scale: str, replicates: int) -> dict:
         t0 = time.perf_counter()
         build_database(
             out / "illusion.duckdb",
-            gen,
-            sel,
-            pool,
-            sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql")),
-            MetricSettings(seed=1, bootstrap_replicates=replicates),
+            generations=gen,
+            selected=sel,
+            pool=pool,
+            sql_files=sorted(str(p) for p in (ROOT / "workflow/sql").glob("*.sql")),
+            settings=MetricSettings(seed=1, bootstrap_replicates=replicates),
         )
         seconds = time.perf_counter() - t0
         size = (out / "illusion.duckdb").stat().st_size / 2**20

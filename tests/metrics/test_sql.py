@@ -1184,7 +1184,13 @@ def test_derived_views_read_tables_only_so_the_database_works_without_the_logs(t
     sel = selected_file(tmp_path, ["i1", "i2", "i3", "i4"])
     db = tmp_path / "out" / "illusion.duckdb"
     db.parent.mkdir()
-    build_database(db, [str(tmp_path / "g.parquet")], [sel], [str(tmp_path / "p.parquet")], SQL)
+    build_database(
+        db,
+        generations=[str(tmp_path / "g.parquet")],
+        selected=[sel],
+        pool=[str(tmp_path / "p.parquet")],
+        sql_files=SQL,
+    )
     for f in (tmp_path / "g.parquet", tmp_path / "p.parquet", Path(sel)):
         f.unlink()
     con = duckdb.connect(str(db), read_only=True)

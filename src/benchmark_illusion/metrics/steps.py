@@ -77,6 +77,7 @@ def make_figures(
 
 def build_database(
     db_path: str | Path,
+    *,
     generations: list[str],
     selected: list[str],
     pool: list[str],
