@@ -58,7 +58,8 @@ PACKAGES = (
     "scipy",
 )
 
-# the model steps' log line when a job has loaded its checkpoint (evaluation/steps.py)
+# the model steps' log line when a job has loaded its checkpoint (evaluation/steps.py,
+# compression/steps.py)
 LOADED = re.compile(r"loaded \S+ on (\S+?)(?: \(([^)]*)\))? at (\S+)")
 
 
