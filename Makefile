@@ -99,15 +99,22 @@ run: $(STAMP)
 dry-run: $(STAMP)
 	$(BIN)/snakemake -n --cores $(CORES) --configfile $(CONFIG)
 
-# the vLLM engine's tests run vLLM's CPU build in .venv-vllm (made once, about 2 minutes)
-test: $(STAMP) $(VLLM_VENV)/.installed
-	$(BIN)/python -m pytest -q --durations=15
+# the vLLM engine's tests run vLLM's CPU build in .venv-vllm (made once, about 2 minutes; the two
+# venvs install side by side). The tests run in TEST_WORKERS pytest-xdist workers, a module to a
+# worker in collection order (the end-to-end modules that read the smoke run last): the smoke run
+# is started once, by the first worker, and its readers' independent Snakemake runs then go side by
+# side on two workers instead of one after another (docs/cluster.md). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+test:
+	$(MAKE) --no-print-directory -j2 $(STAMP) $(VLLM_VENV)/.installed
+	$(BIN)/python -m pytest -q $(XDIST) --durations=15
 
 # Everything but the end-to-end tests (marked e2e: tests/e2e/, where the smoke run, the SLURM
 # runs and the vLLM engine are, and any test that imports the real bundled model), in a few
 # minutes; no .venv-vllm needed, and the background smoke run never starts
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not e2e" --durations=10
+	$(BIN)/python -m pytest -q $(XDIST) -m "not e2e" --durations=10
 
 # Side by side with lm-evaluation-harness and transformers' generate on the same items and model
 # (benchmarks/bench.py; the anchors get their own venvs under benchmarks/). Table in

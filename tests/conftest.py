@@ -45,26 +45,42 @@ def pytest_collection_modifyitems(config, items):
 def smoke_run_in_background(request, tmp_path_factory):
     """Start the smoke run (tests/smoke.py) at the first test when any collected test reads it:
     its DAG keeps the two CPUs busy only part of the time, and the unit tests fill the rest.
-    Stopped (its SLURM jobs cancelled) if the session ends first."""
-    from smoke import STARTED, smoke_run_started
+    Under pytest-xdist every worker joins the one run the first of them started."""
+    from smoke import smoke_run_started
 
     if any(reads_smoke_run(item) for item in request.session.items):
         smoke_run_started(tmp_path_factory)
     yield
+
+
+@pytest.hookimpl(tryfirst=True)  # before the session's fixtures are torn down
+def pytest_sessionfinish(session, exitstatus):
+    """A smoke run still going when its owner's session ends: under pytest-xdist another worker
+    may be waiting for it, so the owner waits too, unless the session was cut short (Ctrl-C, -x);
+    then, or in a single process (no test of this session reads it any more), it gets a SIGINT
+    and Snakemake cancels its SLURM jobs."""
+    from smoke import STARTED
+
+    finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
     for run in STARTED:
-        run.stop()
+        if run.owner and run.running:
+            if os.environ.get("PYTEST_XDIST_WORKER") and finished and not session.shouldstop:
+                run.wait()
+            else:
+                run.stop()
 
 
 def pytest_terminal_summary(terminalreporter):
-    from smoke import STARTED
+    from smoke import shared_root, smoke_seconds
 
-    for run in STARTED:
-        if not run.running:
-            where = "through SLURM" if run.slurm else "locally"
-            terminalreporter.write_line(
-                f"end-to-end smoke run ({where}, in the background from the first test): "
-                f"{run.seconds:.0f} s"
-            )
+    done = smoke_seconds(shared_root(terminalreporter.config._tmp_path_factory))
+    if done is not None:
+        seconds, slurm = done
+        where = "through SLURM" if slurm else "locally"
+        terminalreporter.write_line(
+            f"end-to-end smoke run ({where}, in the background from the first test): "
+            f"{seconds:.0f} s"
+        )
 
 
 DEFAULT_THREADS = torch.get_num_threads()
@@ -160,11 +176,22 @@ def make_tiny_model(vocab_size: int, seed: int = 0, layers: int = 2):
 
 @pytest.fixture(scope="session")
 def bundled_model_dir(tmp_path_factory):
-    """The real bundled model imported once to safetensors for the whole test session."""
-    from benchmark_illusion.models.steps import import_model
+    """The real bundled model imported once to safetensors for the whole test session: under
+    pytest-xdist by the first worker that asks, while the others wait on its lock."""
+    import fcntl
 
-    out = tmp_path_factory.mktemp("models") / "smollm2-135m"
-    import_model(BUNDLED, out)
+    from benchmark_illusion.models.steps import import_model
+    from smoke import shared_root
+
+    root = shared_root(tmp_path_factory)
+    out = root / "models" / "smollm2-135m"
+    done = out.parent / "smollm2-135m.imported"
+    out.parent.mkdir(exist_ok=True)
+    with open(root / "models.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            import_model(BUNDLED, out)
+            done.touch()
     return out
 
 

@@ -6,11 +6,13 @@ locally."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -145,41 +147,87 @@ def snakemake(workdir: Path, config: Path, *args: str) -> subprocess.CompletedPr
     return Snakemake(snakemake_cmd(workdir, config, *args)).wait()
 
 
+def shared_root(tmp_path_factory) -> Path:
+    """The folder every process of the test session sees: the session's base temporary folder,
+    or, under pytest-xdist (`make test` runs two workers), the one that holds every worker's."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 class SmokeRun:
-    """The smoke run: started once per session, waited for by whoever needs it first."""
+    """The smoke run: started once per test session, by the first process that asks for it (the
+    one that creates `smoke-owner` in the shared folder), and waited for by whoever needs it:
+    its owner writes how it went to `smoke-result.json` there, which the other workers read."""
 
     def __init__(self, tmp_path_factory):
+        root = shared_root(tmp_path_factory)
         # BENCHMARK_ILLUSION_SMOKE_DIR=<folder>: reuse (or finish) an earlier session's smoke run
         # there instead of starting one in a new folder, when iterating on the tests that read
         # it (no test writes into it). Its SLURM cancel test needs a fresh run.
         reuse = os.environ.get("BENCHMARK_ILLUSION_SMOKE_DIR")
-        self.work = Path(reuse) if reuse else tmp_path_factory.mktemp("smoke")
-        self.cfg = smoke_config(self.work)
-        self.slurm = ensure_cluster()
-        self.canceller = CancelFirstRunning("evaluate", self.work)
-        if self.slurm:
-            self.canceller.start()
-        profile = ["--profile", str(PROFILE)] if self.slurm else []
-        self.run = Snakemake(snakemake_cmd(self.work, self.cfg, *profile))
-        self.result: subprocess.CompletedProcess | None = None
+        self.work = Path(reuse) if reuse else root / "smoke"
+        self.work.mkdir(parents=True, exist_ok=True)
+        self.cfg = self.work / "smoke.yaml"
+        self.result_file = root / "smoke-result.json"
+        self.result: dict | None = None
         # The tests that run beside it yield the CPUs to its jobs: it is the longest path through
         # the session, they are not (its jobs and Snakemake were started at the usual priority).
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)
         os.setpriority(os.PRIO_PROCESS, 0, self.niceness + BESIDE_NICENESS)
+        try:
+            os.close(os.open(root / "smoke-owner", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            self.owner = False  # another worker started it
+            return
+        self.owner = True
+        smoke_config(self.work)
+        slurm = ensure_cluster()
+        self.canceller = CancelFirstRunning("evaluate", self.work)
+        if slurm:
+            self.canceller.start()
+        profile = ["--profile", str(PROFILE)] if slurm else []
+        self.run = Snakemake(snakemake_cmd(self.work, self.cfg, *profile))
+        self.waiter = threading.Thread(target=self.publish, args=(slurm,), daemon=True)
+        self.waiter.start()
+
+    def publish(self, slurm: bool) -> None:
+        """The owner's: wait for the run, then write how it went for every worker (atomically)."""
+        try:
+            res = self.run.wait()
+            rc, out = res.returncode, res.stdout + res.stderr
+        except Exception as e:  # a timeout: the waiting workers must not wait on
+            rc, out = -1, f"the smoke run did not finish: {e!r}"
+        finally:
+            self.canceller.stop.set()
+        done = {
+            "returncode": rc,
+            "out": out,
+            "slurm": slurm,
+            "cancelled": self.canceller.cancelled,
+            "seconds": time.perf_counter() - self.run.t0,
+        }
+        part = self.result_file.with_suffix(".part")
+        part.write_text(json.dumps(done))
+        os.replace(part, self.result_file)
 
     @property
     def running(self) -> bool:
-        """Started and not yet waited for: the tests beside it share the CPUs with its jobs."""
-        return self.result is None
+        """Started and not yet finished: the tests beside it share the CPUs with its jobs."""
+        return self.result is None and not self.result_file.exists()
 
-    def wait(self) -> subprocess.CompletedProcess:
+    def wait(self, timeout: float = 2400) -> dict:
+        """How it went: returncode, out (its stdout and stderr), slurm (bool), cancelled (the
+        SLURM job ids the cancel test cancelled), seconds."""
         if self.result is None:
             try:
-                self.result = self.run.wait()
+                deadline = time.monotonic() + timeout
+                while not self.result_file.exists():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"no smoke run result after {timeout:.0f} s")
+                    time.sleep(0.5)
+                self.result = json.loads(self.result_file.read_text())
             finally:
-                self.canceller.stop.set()
                 self.restore_priority()
-            self.seconds = time.perf_counter() - self.run.t0
         return self.result
 
     def restore_priority(self) -> None:
@@ -189,14 +237,26 @@ class SmokeRun:
             pass
 
     def stop(self) -> None:
-        self.canceller.stop.set()
-        self.run.stop()
+        """The owner's, where the session ends before the run does (Ctrl-C, a failure with -x)."""
+        if self.owner:
+            self.canceller.stop.set()
+            self.run.stop()
 
 
-STARTED: list[SmokeRun] = []  # the session's smoke run, once started
+STARTED: list[SmokeRun] = []  # the session's smoke run, once started (or joined) by this process
 
 
 def smoke_run_started(tmp_path_factory) -> SmokeRun:
     if not STARTED:
         STARTED.append(SmokeRun(tmp_path_factory))
     return STARTED[0]
+
+
+def smoke_seconds(root: Path) -> tuple[float, bool] | None:
+    """The finished smoke run's time and whether it went through SLURM, from `root`
+    (shared_root); None where none finished."""
+    path = root / "smoke-result.json"
+    if not path.is_file():
+        return None
+    done = json.loads(path.read_text())
+    return done["seconds"], done["slurm"]

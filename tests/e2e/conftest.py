@@ -23,15 +23,13 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
-    # started in the background when the session started (conftest.py), or now
+    # started in the background when the session started (conftest.py), or now; under
+    # pytest-xdist by one worker, and waited for by each
     run = smoke_run_started(tmp_path_factory)
     res = run.wait()
     SMOKE.update(
-        slurm=run.slurm,
-        out=res.stdout + res.stderr,
-        cancelled=run.canceller.cancelled,
-        seconds=run.seconds,
+        slurm=res["slurm"], out=res["out"], cancelled=res["cancelled"], seconds=res["seconds"]
     )
-    print(f"smoke run ({'SLURM' if run.slurm else 'local'}): {SMOKE['seconds']:.0f} s")
-    assert res.returncode == 0, (res.stdout + res.stderr)[-5000:]
+    print(f"smoke run ({'SLURM' if res['slurm'] else 'local'}): {SMOKE['seconds']:.0f} s")
+    assert res["returncode"] == 0, res["out"][-5000:]
     return run.work, run.cfg
