@@ -23,6 +23,7 @@ from benchmark_illusion.config.validate import (
     schema_errors,
     validate_config,
 )
+from gguf_variants import header_only
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -536,9 +537,9 @@ def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch)
         ConfigError, match=r"models\.m\.file: package 'fake-gguf-pkg-xyz' holds no \.gguf file"
     ):
         validate_config(cfg)
-    (pkg / "a.gguf").write_bytes(b"")
+    header_only(pkg / "a.gguf")
     validate_config(cfg)
-    (pkg / "b.gguf").write_bytes(b"")
+    header_only(pkg / "b.gguf")
     with pytest.raises(
         ConfigError,
         match=r"models\.m\.file: .* holds 2 \.gguf files \(a\.gguf, b\.gguf\); name one",
