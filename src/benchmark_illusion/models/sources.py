@@ -1,5 +1,6 @@
 """Where a model's files are and how large it is, without importing torch (the DAG and job sizing
-need it too): GGUF files, safetensors headers, and hub downloads."""
+need it too): GGUF files, safetensors headers, and hub downloads; and what the config check
+reads of a source before any job (a GGUF header, a model folder's files, a hub id's form)."""
 
 from __future__ import annotations
 
