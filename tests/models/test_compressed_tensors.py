@@ -187,3 +187,17 @@ def test_a_sparse_bitmask_checkpoint_is_refused_not_loaded_at_random(folders, tm
             name="bitmask",
         )
     assert not (tmp_path / "imported").exists()
+
+
+def test_the_config_check_refuses_a_sparse_bitmask_folder_before_any_job(folders, tmp_path):
+    """The config check reads the quantization_config compressed-tensors writes: the
+    sparse-bitmask folder is refused on one keyed line, the W4A16 one passes."""
+    from benchmark_illusion.config.validate import source_errors
+
+    folder = tmp_path / "bitmask"
+    save_sparse_bitmask(make_tiny_model(VOCAB), folder, tiny_tokenizer())
+    (line,) = source_errors("models.tiny.variants.b", {"source": "local", "path": str(folder)})
+    assert line.startswith(f"models.tiny.variants.b.path: model folder {folder}: ")
+    assert "sparse format 'sparse-bitmask'" in line
+    w4a16 = {"source": "local", "path": str(folders / "w4a16")}
+    assert source_errors("models.tiny.variants.w", w4a16) == []

@@ -21,9 +21,17 @@ from jsonschema import Draft202012Validator, validators
 from benchmark_illusion.compression.methods import CALIBRATED
 from benchmark_illusion.compression.structures import parse_structure
 from benchmark_illusion.data.loaders import HUB_LANGUAGES, load_raw
-from benchmark_illusion.data.raw import raw_path_for
-from benchmark_illusion.models.sources import ModelSourceError, package_gguf
-from benchmark_illusion.models.variants import name_errors, tokenizer_errors
+from benchmark_illusion.data.raw import DatasetError, raw_path_for
+from benchmark_illusion.models.sources import (
+    ModelSourceError,
+    check_gguf,
+    folder_listing,
+    folder_problems,
+    hub_id_problem,
+    package_gguf,
+    revision_problem,
+)
+from benchmark_illusion.models.variants import name_errors, source_config, tokenizer_errors
 
 SCHEMA_PATH = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
@@ -130,19 +138,61 @@ def _error_lines(err) -> list[str]:
 
 
 def source_errors(key: str, m: dict, root: Path = Path(".")) -> list[str]:
-    """A model's or variant's weights that cannot be found (`key`: where it is in the config)."""
-    errors = []
+    """Why the import cannot read a model's or variant's source (`key`: where it is in the
+    config), where that shows without loading it: a missing package, file or folder; a GGUF
+    file without the magic bytes or with an unreadable header; a `local` folder without
+    config.json, safetensors weights or a tokenizer; a hub id or revision of the wrong form (the
+    hub itself is asked only by the fetch job)."""
     src = m.get("source")
     if src == "gguf_package":
         try:
-            package_gguf(m["package"], m.get("file"))
+            path = package_gguf(m["package"], m.get("file"))
         except ModelSourceError as e:
             sub = "package" if "is not installed" in str(e) else "file"
-            errors.append(f"{key}.{sub}: {e}")
-    if src == "gguf_file" and not (root / m["path"]).is_file():
-        errors.append(f"{key}.path: GGUF file not found: {m['path']}")
-    if src == "local" and not (root / m["path"]).is_dir():
-        errors.append(f"{key}.path: model folder not found: {m['path']}")
+            return [f"{key}.{sub}: {e}"]
+        return _gguf_errors(f"{key}.file" if m.get("file") else f"{key}.package", path)
+    if src == "gguf_file":
+        path = root / m["path"]
+        if not path.is_file():
+            return [f"{key}.path: GGUF file not found: {m['path']}"]
+        return _gguf_errors(f"{key}.path", path)
+    if src == "local":
+        folder = root / m["path"]
+        if not folder.is_dir():
+            return [f"{key}.path: model folder not found: {m['path']}"]
+        problems = folder_problems(folder, bool(m.get("trust_remote_code")))
+        if problems:
+            return [
+                f"{key}.path: model folder {m['path']}: {'; '.join(problems)} "
+                f"({folder_listing(folder)})"
+            ]
+        return []
+    if src == "hub":
+        return hub_errors(key, m, "id")
+    return []
+
+
+def _gguf_errors(key: str, path: Path) -> list[str]:
+    try:
+        check_gguf(path)
+    except (ModelSourceError, OSError) as e:
+        return [f"{key}: {e}"]
+    return []
+
+
+def hub_errors(key: str, cfg: dict, id_key: str) -> list[str]:
+    """A hub id (`cfg[id_key]`) and revision of the wrong form, keyed; no network."""
+    errors = []
+    repo = cfg.get(id_key)
+    if isinstance(repo, str):
+        problem = hub_id_problem(repo)
+        if problem:
+            errors.append(f"{key}.{id_key}: {problem}")
+    revision = cfg.get("revision")
+    if isinstance(revision, str):
+        problem = revision_problem(revision)
+        if problem:
+            errors.append(f"{key}.revision: {problem}")
     return errors
 
 
@@ -168,28 +218,13 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
     for name, m in config.get("models", {}).items():
         missing += source_errors(f"models.{name}", m, root)
         for v, spec in m["variants"].items():
-            missing += source_errors(f"models.{name}.variants.{v}", spec, root)
+            missing += source_errors(f"models.{name}.variants.{v}", source_config(m, spec), root)
             errors += name_errors(name, v)
     errors += missing
     if not missing:  # the vocabularies of variants and their bases, once every file is there
         errors += tokenizer_errors(config, root)
-    for name, d in config.get("datasets", {}).items():
-        src = d.get("source")
-        if src in HUB_LANGUAGES:
-            known = HUB_LANGUAGES[src]
-            for lang in d.get("languages", []):
-                if lang not in known:
-                    errors.append(
-                        f"datasets.{name}.languages: {src} has no language {lang!r} "
-                        f"(known: {', '.join(sorted(known))})"
-                    )
-        elif src is not None:
-            for lang in d.get("languages", []):
-                path = raw_path_for(d, lang)
-                if not (root / path).is_file():
-                    errors.append(
-                        f"datasets.{name}.path: file for language {lang!r} not found: {path}"
-                    )
+    passages: dict[tuple[str, str], int] = {}
+    errors += _dataset_errors(config, root, passages)
     configured = {
         lang for d in config.get("datasets", {}).values() for lang in d.get("languages", [])
     }
@@ -208,10 +243,47 @@ def semantic_errors(config: dict, root: Path = Path(".")) -> list[str]:
         )
     if quant["methods"] and not quant["bits"]:
         errors.append("quantization.bits: methods are set but there is no bit width to quantize to")
+    if config["calibration"]["source"] == "c4_hub":
+        errors += hub_errors("calibration", config["calibration"], "hub_id")
     errors += _control_errors(config)
     errors += _concept_errors(config, root)
     if not errors:
-        errors += _heldout_size_errors(config, root)
+        errors += _heldout_size_errors(config, passages)
+    return errors
+
+
+def _dataset_errors(config: dict, root: Path, passages: dict) -> list[str]:
+    """A hub dataset's languages and id; a local dataset's file per language, read as the
+    download job reads it (malformed JSON or Parquet, a missing column, text that is not UTF-8,
+    no row of the language), each problem keyed `datasets.<name>.path`. Fills `passages` with
+    the characters of each local (dataset, language)'s distinct passages, for the held-out
+    calibration's size check."""
+    errors = []
+    for name, d in config.get("datasets", {}).items():
+        src = d.get("source")
+        if src in HUB_LANGUAGES:
+            known = HUB_LANGUAGES[src]
+            for lang in d.get("languages", []):
+                if lang not in known:
+                    errors.append(
+                        f"datasets.{name}.languages: {src} has no language {lang!r} "
+                        f"(known: {', '.join(sorted(known))})"
+                    )
+            errors += hub_errors(f"datasets.{name}", d, "hub_id")
+        elif src is not None:
+            for lang in d.get("languages", []):
+                path = raw_path_for(d, lang)
+                if not (root / path).is_file():
+                    errors.append(
+                        f"datasets.{name}.path: file for language {lang!r} not found: {path}"
+                    )
+                    continue
+                try:
+                    raw = load_raw({**d, "path": str(root / d["path"])}, lang)
+                except DatasetError as e:
+                    errors.append(f"datasets.{name}.path: {e}")
+                    continue
+                passages[name, lang] = sum(len(c) for c in set(raw["context"].to_list()))
     return errors
 
 
@@ -265,14 +337,16 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
                 f"(configured: {', '.join(sorted(configured))})"
             )
     for i, f in enumerate(sae["text_files"]):
-        if not (root / f).is_file():
-            errors.append(f"concepts.sae.text_files[{i}]: file not found: {f}")
+        errors += _text_file(f"concepts.sae.text_files[{i}]", root, f)[1]
     gaps = c["gaps"]
     if gaps["under_quantile"] >= gaps["over_quantile"]:
         errors.append(
             f"concepts.gaps.under_quantile: {gaps['under_quantile']} must be below "
             f"concepts.gaps.over_quantile ({gaps['over_quantile']})"
         )
+    labeler = c["labels"]["labeler"]
+    if labeler and isinstance(labeler.get("model"), dict):
+        errors += source_errors("concepts.labels.labeler.model", labeler["model"], root)
     for name, m in config.get("models", {}).items():
         spec = m.get("sae")
         if not spec:
@@ -287,10 +361,11 @@ def _concept_errors(config: dict, root: Path) -> list[str]:
     return errors
 
 
-def _heldout_size_errors(config: dict, root: Path) -> list[str]:
+def _heldout_size_errors(config: dict, passages: dict[tuple[str, str], int]) -> list[str]:
     """Held-out calibration text comes from the datasets' passages: refuse a config whose local
     files hold fewer characters in all their passages than the tokens it asks for (a token
-    covers at least one character; the exact count is checked when the windows are cut)."""
+    covers at least one character; the exact count is checked when the windows are cut).
+    `passages`: the characters of each (dataset, language)'s distinct passages (_dataset_errors)."""
     cal = config["calibration"]
     methods = list(config["pruning"]["methods"]) + list(config["quantization"]["methods"])
     needs = [m for m in methods if m in CALIBRATED]
@@ -301,13 +376,7 @@ def _heldout_size_errors(config: dict, root: Path) -> list[str]:
         return []  # passages are known only after download
     need = (cal["n_windows"] + cal["damage_windows"]) * cal["seq_len"]
     only = cal["languages"]
-    chars = 0
-    for d in datasets.values():
-        for lang in d["languages"]:
-            if only is not None and lang not in only:
-                continue
-            resolved = {**d, "path": str(root / d["path"])}
-            chars += sum(len(c) for c in set(load_raw(resolved, lang)["context"].to_list()))
+    chars = sum(n for (_, lang), n in passages.items() if only is None or lang in only)
     if chars < need:
         return [
             f"calibration: (n_windows + damage_windows) x seq_len = {need} tokens, "
@@ -357,10 +426,9 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
         need = (calibration["n_windows"] + calibration["damage_windows"]) * calibration["seq_len"]
         chars = 0
         for j, p in enumerate(calibration.get("paths", [])):
-            if not (root / p).is_file():
-                errors.append(f"calibration.paths[{j}]: file not found: {p}")
-            else:
-                chars += len((root / p).read_text(encoding="utf-8", errors="replace"))
+            text, error = _text_file(f"calibration.paths[{j}]", root, p)
+            errors += error
+            chars += len(text)
         # A token covers at least one character, so fewer characters than tokens needed is
         # certainly too little (the exact count is checked when the windows are cut).
         if chars and chars < need:
@@ -369,6 +437,19 @@ def _pruning_errors(pruning: dict, calibration: dict, root: Path) -> list[str]:
                 f"but calibration.paths hold only {chars} characters"
             )
     return errors
+
+
+def _text_file(key: str, root: Path, path: str) -> tuple[str, list[str]]:
+    """A text file that the jobs read as UTF-8: (its text, []), or ('', [the keyed problem]) when
+    it is missing or not UTF-8."""
+    try:
+        return (root / path).read_text(encoding="utf-8"), []
+    except FileNotFoundError:
+        return "", [f"{key}: file not found: {path}"]
+    except UnicodeDecodeError as e:
+        return "", [f"{key}: {path}: not UTF-8 text ({e})"]
+    except OSError as e:
+        return "", [f"{key}: {path}: cannot be read ({e})"]
 
 
 def check_config(config: dict, root: Path = Path(".")) -> dict:

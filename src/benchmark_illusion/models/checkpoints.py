@@ -26,7 +26,12 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from benchmark_illusion.io import atomic_path, sha256_file, stable_hash, write_json
-from benchmark_illusion.models.sources import ModelSourceError, gguf_package_dir, resolve_gguf  # noqa: F401 (re-exported)
+from benchmark_illusion.models.sources import (  # noqa: F401 (re-exported)
+    ModelSourceError,
+    compressed_tensors_refusal,
+    gguf_package_dir,
+    resolve_gguf,
+)
 
 log = logging.getLogger("benchmark_illusion")
 
@@ -61,8 +66,8 @@ def _decompress_kwargs(load_from, ref, trust: bool, kwargs: dict) -> dict:
     """from_pretrained arguments that load a compressed-tensors checkpoint (llm-compressor's
     format) as plain float Linear weights: `dequantize=True` decompresses them at load, where the
     default leaves them packed (`weight_packed`, no `weight`) until the first forward. Its sparse
-    formats (sparse-bitmask, sparse-24-bitmask) are refused: compressed-tensors >= 0.15, the
-    releases transformers 5 accepts, no longer reads them."""
+    formats (sparse-bitmask, sparse-24-bitmask) are refused (sources.compressed_tensors_refusal,
+    which the config check calls too)."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(load_from, trust_remote_code=trust, **kwargs)
@@ -82,13 +87,9 @@ def _decompress_kwargs(load_from, ref, trust: bool, kwargs: dict) -> dict:
             ref,
             ", ".join(acts),
         )
-    sparse = (qc.get("sparsity_config") or {}).get("format")
-    if sparse and sparse != "dense":
-        raise ModelSourceError(
-            f"{ref}: a compressed-tensors checkpoint in the sparse format {sparse!r}, which "
-            "compressed-tensors >= 0.15 (the releases transformers 5 loads with) cannot "
-            "decompress; decompress it with compressed-tensors <= 0.14 and transformers 4 first"
-        )
+    refused = compressed_tensors_refusal(qc)
+    if refused:
+        raise ModelSourceError(f"{ref}: {refused}")
     try:
         from transformers import CompressedTensorsConfig
 
