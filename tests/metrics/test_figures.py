@@ -897,9 +897,9 @@ def test_accuracy_vs_size_never_draws_pruning_as_adding_bits(tmp_path, draw):
         xs = [x for _, x in by_sparsity]
         assert all(a > b for a, b in zip(xs[:-1], xs[1:], strict=True)), (title, by_sparsity)
         assert max(xs) == 1.0
-        assert "relative to dense" in ax.get_xlabel() and "16-bit" in ax.get_xlabel()
-        notes = [t.get_text() for t in ax.texts]
-        assert any("Q4_1" in t and "5 bits per weight" in t for t in notes), notes
+        label = ax.get_xlabel()
+        assert "relative to dense" in label and "16-bit" in label, label
+        assert "source file: Q4_1, 5 bits per weight, not on this axis" in label, label
     title = fig._suptitle.get_text()
     assert "relative to the dense model" in title and "16 bits per weight" in title
     caption = (ROOT / "workflow/report/accuracy_vs_size.rst").read_text()

@@ -237,7 +237,7 @@ def mc_only_split(con, path: Path) -> None:
     save_figure(fig, path)
 
 
-SIZE_LABEL = "stored size relative to dense (16-bit weights = 1; relative_size)"
+SIZE_LABEL = "stored size relative to dense (16-bit = 1)"
 SIZE_TITLE = (
     "Pruning and quantization at matched size: accuracy and MC-only rate against each "
     "checkpoint's stored size relative to the dense model,\nall at 16 bits per weight before "
@@ -254,7 +254,7 @@ def source_note(d: pl.DataFrame) -> str | None:
     r = src.row(0, named=True)
     return (
         f"source file: {r['source_weight_type']}, {r['source_bits_per_weight']:g} bits per "
-        "weight;\nsizes are of its 16-bit import (dense = 1)"
+        "weight, not on this axis"
     )
 
 
@@ -330,9 +330,8 @@ def accuracy_vs_size(con, path: Path) -> None:
             if dense.height:
                 ax.plot(dense["relative_size"], dense["value"], "k*", markersize=10, label="dense")
             ax.invert_xaxis()  # more compression to the right
-            label_panel(ax, model, title, SIZE_LABEL, "rate on selected items", (-0.03, 1.03))
-            if note:
-                ax.text(0.02, 0.02, note, transform=ax.transAxes, fontsize=7, va="bottom")
+            xlabel = f"{SIZE_LABEL}\n{note}" if note else SIZE_LABEL
+            label_panel(ax, model, title, xlabel, "rate on selected items", (-0.03, 1.03))
             ax.legend(fontsize=7)
     fig.suptitle(SIZE_TITLE, fontsize=12, y=1.04)
     save_figure(fig, path)
