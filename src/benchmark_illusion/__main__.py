@@ -63,9 +63,9 @@ CONCEPT_SQL = {
 def _open(db: str):
     """Connect read-only, from the project root, where the views' relative Parquet paths resolve.
 
-    Reads the last good copy when the database is gone (a failed or running aggregation) and
-    says so on stderr, like a failure of the last build; DuckDB's errors (a writer holding the
-    file, a stale write-ahead log, a damaged file) become dbfile.DatabaseError, one line."""
+    Says on stderr when the last build of the database failed (the file read is the one from
+    before); DuckDB's errors (a writer holding the file, a stale write-ahead log, a damaged file)
+    become dbfile.DatabaseError, one line."""
     # lazy, like duckdb in main: `judge` imports neither duckdb nor polars
     import duckdb
 

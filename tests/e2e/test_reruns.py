@@ -263,4 +263,4 @@ def test_item_token_setting_change_reruns_activations_not_the_sae(dry_runs):
 def test_concepts_off_plans_no_concept_job_and_keeps_the_metric_database_path(dry_runs):
     plan, out = dry_run(dry_runs, "concepts-off")
     assert not CONCEPT_RULES & set(plan) and plan["aggregate"] == 1
-    assert "output: results/illusion.duckdb" in out
+    assert "output: results/illusion.published.json" in out  # the stamp of results/illusion.duckdb

@@ -308,8 +308,9 @@ def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tm
     """On the smoke run's files (hard links) with concepts off, so that `aggregate` writes
     results/illusion.duckdb itself: a notebook holding the database read-write stops the
     aggregation before any work, naming the process; a truncated Parquet log stops it naming the
-    file and the command that writes it again; after both, `summary` still reads the last good
-    database and says that the last aggregation failed."""
+    file and the command that writes it again; after both, the database from before is still in
+    place under its own name (Snakemake deleted the rule's output, the database's stamp), and
+    `summary` reads it and says that the last aggregation failed."""
 
     work, cfg = smoke_run
     copy = tmp_path / "run"
@@ -319,15 +320,12 @@ def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tm
     path = tmp_path / "no-concepts.yaml"
     path.write_text(yaml.safe_dump(edited, sort_keys=False))
     db = copy / "results/illusion.duckdb"
-    good = copy / "results/illusion.last-good.duckdb"
-    assert good.stat().st_ino == db.stat().st_ino  # published with its last good copy
+    stamp = dbfile.stamp_path(db)
+    assert stamp.is_file()  # the rule's declared output, written when the database was published
     # the notebook below writes into the file: a copy of its own, not the smoke run's
     shutil.copyfile(db, tmp_path / "db")
     os.replace(tmp_path / "db", db)
-    dbfile.keep_last_good(db)
-    assert (
-        good.stat().st_ino == db.stat().st_ino != (work / "results/illusion.duckdb").stat().st_ino
-    )
+    assert db.stat().st_ino != (work / "results/illusion.duckdb").stat().st_ino
 
     def summary() -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -351,6 +349,7 @@ def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tm
     finally:
         done.write_text("done")
         notebook.wait(timeout=60)
+    assert db.is_file() and not stamp.exists()  # Snakemake deleted the stamp, not the database
     first = summary()
     assert first.returncode == 0 and "magnitude" in first.stdout, first.stderr
     assert "Traceback" not in first.stderr and "is open read-write in" in first.stderr
@@ -366,10 +365,10 @@ def test_the_database_survives_a_notebook_and_a_failed_aggregation(smoke_run, tm
     rel = "results/generations/smollm2-135m/wanda/unstructured/0.3/sample/es.parquet"
     assert f"damaged Parquet log {rel}: " in out, out[-3000:]
     assert f"(rule evaluate) with `snakemake --forcerun {rel}`" in out
-    assert not db.exists() and good.is_file()  # Snakemake removed the failed job's output
+    assert db.is_file() and not stamp.exists()  # Snakemake removed the failed job's output
     after = summary()
     assert after.returncode == 0 and after.stdout == first.stdout
-    assert f"note: {db} is missing" in after.stderr and "damaged Parquet log" in after.stderr
+    assert "is missing" not in after.stderr and "damaged Parquet log" in after.stderr
     assert "(see logs/aggregate.log)" in after.stderr and "Traceback" not in after.stderr
 
 

@@ -1,12 +1,16 @@
-"""The results database survives its readers (benchmark_illusion.metrics.dbfile): a process
-holding it read-write stops a rebuild before any work, a stale write-ahead log never makes the new
-file unreadable, a failed build leaves the last good copy readable and says so, a damaged Parquet
-log is named with the command that writes it again, and the CLI's errors are one line. Real DuckDB
-files and real second processes."""
+"""The results database survives its readers (benchmark_illusion.metrics.dbfile): it is never
+a rule's declared output, so it stays in place, under its own name, while Snakemake deletes the
+rule's output and rebuilds it; a process holding it read-write stops a rebuild before any work, a
+stale write-ahead log never makes the new file unreadable, a failed build leaves the previous file
+readable and says so, a damaged Parquet log is named with the command that writes it again, and
+the CLI's errors are one line. Real DuckDB files, real second processes and the real workflow's
+dry runs."""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,8 +20,13 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+import yaml
 
 from benchmark_illusion.metrics import dbfile
+from config.test_config import minimal
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
 HOLD = """
 import duckdb, sys, time
@@ -60,7 +69,7 @@ class Holder:
 
 def make_db(path: Path, n: int) -> None:
     """A database like the results one: a table `results` with n rows, published the way the
-    aggregation publishes it (with its last good copy)."""
+    aggregation publishes it (with its stamp)."""
     with dbfile.replace_database(path) as tmp:
         con = duckdb.connect(str(tmp))
         con.execute(f"CREATE TABLE results AS SELECT range AS i FROM range({n})")
@@ -87,9 +96,9 @@ def test_a_writer_holding_the_database_stops_the_rebuild_before_any_work(tmp_pat
         msg = str(err.value)
         assert f"(PID {holder.proc.pid})" in msg and "read_only=True" in msg
         assert "\n" not in msg and ran == []
-        # Snakemake deletes a job's output before running it: the holder is still found, through
-        # the last good copy (the same file under a second name)
-        db.unlink()
+        # Snakemake deletes a job's output before running it: the stamp, not the database, so
+        # the holder is still found
+        dbfile.stamp_path(db).unlink()
         with pytest.raises(dbfile.DatabaseError, match=f"PID {holder.proc.pid}"):
             dbfile.check_free(db, "logs/aggregate.log")
     finally:
@@ -99,12 +108,17 @@ def test_a_writer_holding_the_database_stops_the_rebuild_before_any_work(tmp_pat
 
 
 def test_readers_holding_it_read_only_do_not_stop_it_and_keep_their_copy(tmp_path):
+    """A notebook that holds the database read-only while it is rebuilt: the rebuild publishes
+    the new file (and its stamp), new readers see it, the notebook keeps reading the file it
+    opened until it reconnects."""
     db = tmp_path / "illusion.duckdb"
     make_db(db, 3)
+    old = db.stat().st_ino
     reader = Holder(db, "ro", tmp_path)
     try:
+        dbfile.stamp_path(db).unlink()  # Snakemake, before the job
         make_db(db, 7)
-        assert rows(db) == 7
+        assert rows(db) == 7 and db.stat().st_ino != old and dbfile.stamp_path(db).is_file()
     finally:
         assert reader.release() == "3"  # it read the file it had opened
 
@@ -136,27 +150,27 @@ def test_a_stale_write_ahead_log_is_removed_with_the_old_file(tmp_path):
     assert rows(db) == 4 and not dbfile.wal_path(db).exists()
 
 
-def test_a_failed_build_keeps_the_last_good_copy_and_says_so(tmp_path):
+def test_a_failed_build_keeps_the_previous_file_and_says_so(tmp_path):
     db = tmp_path / "results" / "illusion.duckdb"
     make_db(db, 3)
+    dbfile.stamp_path(db).unlink()  # what Snakemake does with the output of a failed job
     with pytest.raises(RuntimeError):
         with dbfile.replace_database(db, "logs/aggregate.log"):
             raise RuntimeError("damaged Parquet log x.parquet")
     assert rows(db) == 3  # the file itself is untouched
-    db.unlink()  # what Snakemake does with the output of a failed job
+    assert not dbfile.stamp_path(db).exists()  # so Snakemake runs the build again
     path, notes = dbfile.for_reading(db)
-    assert path == dbfile.last_good_path(db) and rows(path) == 3
-    assert notes[0] == f"{db} is missing (an aggregation failed or is running): reading {path}"
-    assert "failed at" in notes[1] and "damaged Parquet log x.parquet" in notes[1]
-    assert "logs/aggregate.log" in notes[1]
-    # the CLI reads it, with the notes on stderr and nothing else there
+    assert path == db and len(notes) == 1
+    assert "failed at" in notes[0] and "damaged Parquet log x.parquet" in notes[0]
+    assert "logs/aggregate.log" in notes[0] and "this database is the one before" in notes[0]
+    # the CLI reads it, with the note on stderr and nothing else there
     res = subprocess.run(
         [sys.executable, "-m", "benchmark_illusion", "--db", str(db), "tables"],
         capture_output=True,
         text=True,
     )
     assert res.returncode == 0 and "results" in res.stdout
-    assert res.stderr.count("note: ") == 2 and "Traceback" not in res.stderr
+    assert res.stderr.count("note: ") == 1 and "Traceback" not in res.stderr
     # a successful build clears the failure
     make_db(db, 6)
     assert dbfile.for_reading(db) == (db, [])
@@ -226,3 +240,98 @@ def test_tables_lists_every_table_and_view_with_its_row_count(tmp_path):
     assert lines["results"] == ["base", "table", "3", "rows"]
     assert lines["logs"] == ["view", "4", "rows"]
     assert lines["gone"][:2] == ["view", "unreadable:"]
+
+
+def dry_run(workdir: Path, concepts: bool) -> dict[str, dict[str, set[str]]]:
+    """The workflow's dry run in `workdir` on a minimal config: rule -> {"input": ..., "output":
+    ...}, the paths its planned jobs list."""
+    cfg = minimal()
+    cfg["concepts"] = {"enabled": concepts}
+    path = workdir / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    cmd = [str(SNAKEMAKE), "-n", "--cores", "1", "-s", str(ROOT / "Snakefile")]
+    res = subprocess.run(
+        [*cmd, "-d", str(workdir), "--configfile", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    rules: dict[str, dict[str, set[str]]] = {}
+    rule = None
+    for line in (res.stdout + res.stderr).splitlines():
+        if m := re.match(r"(?:local)?rule (\w+):", line):
+            rule = rules.setdefault(m.group(1), {"input": set(), "output": set()})
+        elif rule is not None and (m := re.match(r"\s+(input|output): (.*)", line)):
+            rule[m.group(1)] |= set(m.group(2).split(", "))
+    return rules
+
+
+@pytest.mark.parametrize("concepts", [True, False], ids=["concepts", "no-concepts"])
+def test_the_database_users_open_stays_in_place_while_snakemake_rebuilds_it(tmp_path, concepts):
+    """Snakemake deletes the declared outputs of a job before it runs and when it fails. The
+    database users open (results/illusion.duckdb) is built by `competency_gaps`, or by
+    `aggregate` with concepts off: after Snakemake deleted that rule's outputs and the
+    rebuild was refused, the previous file is still there under its own name, readable with
+    the previous content by a plain duckdb.connect, read-only and read-write; the step's
+    successful rebuild writes the rule's declared output again, which the figures read."""
+    work = tmp_path / "work"
+    work.mkdir()
+    plan = dry_run(work, concepts)
+    builder, figures = (
+        ("competency_gaps", "concept_figures") if concepts else ("aggregate", "figures")
+    )
+    db = work / "results" / "illusion.duckdb"
+    make_db(db, 3)  # the last build, as the rule's step publishes it
+    declared = {work / p for p in plan[builder]["output"]}
+    assert declared and all(p.exists() for p in declared)  # the build wrote the rule's outputs
+    for p in declared:  # Snakemake, before the job
+        p.unlink()
+    assert db.is_file(), (
+        f"{db} was deleted with the rule's outputs {sorted(plan[builder]['output'])}"
+    )
+    # the re-aggregation is refused (here: its input check fails); Snakemake deletes the outputs
+    # of the failed job again
+    with pytest.raises(dbfile.DatabaseError):
+        with dbfile.replace_database(db, before=lambda: dbfile.check_parquet([tmp_path / "x"])):
+            pass
+    for p in declared:
+        p.unlink(missing_ok=True)
+    assert db.is_file()
+    for read_only in (True, False):  # what a user types in Python, with and without read_only
+        con = duckdb.connect(str(db), read_only=read_only)
+        try:
+            assert con.execute("SELECT count(*) FROM results").fetchone()[0] == 3
+        finally:
+            con.close()
+    cli = shutil.which("duckdb")
+    if cli:  # the DuckDB CLI, where one is installed
+        res = subprocess.run(
+            [cli, "-readonly", "-csv", "-noheader", str(db), "SELECT count(*) FROM results"],
+            capture_output=True,
+            text=True,
+        )
+        assert res.returncode == 0 and res.stdout.strip() == "3", res.stderr
+    # the next build publishes the new file and the rule's declared output, the figures' input
+    make_db(db, 5)
+    assert rows(db) == 5 and all(p.is_file() for p in declared)
+    assert plan[builder]["output"] <= plan[figures]["input"]
+
+
+def test_a_stamp_without_its_database_is_dropped_when_the_workflow_is_read(tmp_path):
+    """A database deleted by hand is built again: the workflow drops its stamp (the rule's
+    declared output) when it is read; a stamp beside its database stays."""
+    work = tmp_path / "work"
+    db = work / "results" / "illusion.duckdb"
+    make_db(db, 3)
+    stamp = dbfile.stamp_path(db)
+    dry_run(work, concepts=True)
+    assert stamp.is_file() and rows(db) == 3
+    db.unlink()
+    dry_run(work, concepts=True)
+    assert not stamp.exists()
+    # the same check, in the package
+    make_db(db, 3)
+    assert not dbfile.drop_stale_stamp(db) and stamp.is_file()
+    db.unlink()
+    assert dbfile.drop_stale_stamp(db) and not stamp.exists()

@@ -786,7 +786,7 @@ SIZE_ALONE = {"wanda 2:4"}
 MC_ONLY_PANEL = "MC-only rate (mc right, open wrong)"
 
 
-def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_stored_bits(varied, draw):
+def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_relative_size(varied, draw):
     got = panels(draw(varied, "accuracy_vs_size"))
     titles = [*FORMATS.values(), MC_ONLY_PANEL]
     assert set(got) == {f"{m}: {t}" for m in MODELS for t in titles}
@@ -797,13 +797,13 @@ def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_stored_bits(
             ax = got[f"{model}: {title}"]
             if fmt == "mc_only":
                 source = (
-                    "SELECT c.weight_bits, t.mc_only_rate, t.mc_only_ci_low, t.mc_only_ci_high "
+                    "SELECT c.relative_size, t.mc_only_rate, t.mc_only_ci_low, t.mc_only_ci_high "
                     "FROM mc_only t JOIN checkpoints c USING (model, method, structure, sparsity) "
                     "WHERE t.dataset = 'all' AND t.model = $model"
                 )
             else:
                 source = (
-                    "SELECT c.weight_bits, t.accuracy, t.ci_low, t.ci_high "
+                    "SELECT c.relative_size, t.accuracy, t.ci_low, t.ci_high "
                     "FROM accuracy t JOIN checkpoints c USING (model, method, structure, sparsity) "
                     "WHERE t.dataset = 'all' AND t.model = $model AND t.format = $format"
                 )
@@ -818,13 +818,92 @@ def test_accuracy_vs_size_plots_each_format_and_the_mc_only_rate_by_stored_bits(
                 extra = {f"m{k}": m for k, (m, _) in enumerate(members)}
                 extra |= {f"s{k}": s for k, (_, s) in enumerate(members)}
                 rows = varied.execute(
-                    f"{source} AND ({where}) ORDER BY c.weight_bits", params | extra
+                    f"{source} AND ({where}) ORDER BY c.relative_size", params | extra
                 ).fetchall()
                 expected[label] = interval_points(rows)
             assert_series(errorbars(ax), expected, ax.get_title())
             dense = varied.execute(f"{source} AND t.method = 'dense'", params).fetchall()
             dense = [r[:2] for r in dense]
             assert_series(lines(ax), {"dense": dense}, ax.get_title())
+
+
+def gguf_source_database(tmp: Path) -> duckdb.DuckDBPyConnection:
+    """The metric tables of one model whose source is a GGUF file that stores its weights at 5.0
+    bits per weight (Q4_1; the `model_sources` row written by hand), its dense model and
+    magnitude pruning at 30% and 50%: open answers lost on 1 and 2 of 4 items."""
+    from metrics.test_sql import SQL, frame, row, selected_file
+
+    items = ["i1", "i2", "i3", "i4"]
+
+    def checkpoint(method, sparsity, open_wrong):
+        return [
+            dict(r, sparsity=sparsity)
+            for item in items
+            for r in (
+                row(method, item, "open", item not in open_wrong, rank=1 + (item in open_wrong)),
+                row(method, item, "mc", True),
+                row(method, item, "candidates", True),
+            )
+        ]
+
+    dense = checkpoint("dense", 0.0, [])
+    logs = dense + checkpoint("magnitude", 0.3, ["i1"]) + checkpoint("magnitude", 0.5, ["i1", "i2"])
+    frame(logs).write_parquet(tmp / "g.parquet")
+    frame(dense).write_parquet(tmp / "p.parquet")
+    con = duckdb.connect()
+    create_views(
+        con, [str(tmp / "g.parquet")], [selected_file(tmp, items)], [str(tmp / "p.parquet")]
+    )
+    con.execute("INSERT INTO model_sources VALUES ('m', 'gguf_file', 'Q4_1', 5.0)")
+    run_metric_sql(con, SQL, None)
+    return con
+
+
+def test_accuracy_vs_size_never_draws_pruning_as_adding_bits(tmp_path, draw):
+    """A dense model from a 5-bit GGUF and its pruned checkpoints (stored, like every checkpoint
+    the pipeline makes, from the 16-bit import): the size axis is relative to the dense model,
+    so the dense star sits at 1 and every pruned point left of it, smaller at higher sparsity;
+    the axis label, the title and the report caption say what the axis is, and the panels say
+    what the source file stores."""
+    con = gguf_source_database(tmp_path)
+    sizes = con.execute(
+        "SELECT sparsity, weight_bits, relative_size FROM checkpoints ORDER BY sparsity"
+    ).fetchall()
+    # the dense row keeps its source's precision in weight_bits; its relative size is 1
+    assert sizes == [
+        (0.0, 5.0, 1.0),
+        (0.3, pytest.approx(16 * 0.7 + 1), pytest.approx((16 * 0.7 + 1) / 16)),
+        (0.5, 16 * 0.5 + 1, (16 * 0.5 + 1) / 16),
+    ]
+    fig = draw(con, "accuracy_vs_size")
+    got = panels(fig)
+    # each panel's values by sparsity, from the tables (open: 1, 0.75, 0.5; MC-only 0, .25, .5)
+    values = {
+        "open": con.execute(
+            "SELECT accuracy, sparsity FROM accuracy WHERE dataset = 'all' AND format = 'open'"
+        ).fetchall(),
+        "mc_only": con.execute(
+            "SELECT mc_only_rate, sparsity FROM mc_only WHERE dataset = 'all'"
+        ).fetchall(),
+    }
+    for fmt, title in (("open", FORMATS["open"]), ("mc_only", MC_ONLY_PANEL)):
+        ax = got[f"m: {title}"]
+        sparsity_of = dict(values[fmt])
+        assert len(sparsity_of) == 3  # the values tell the checkpoints apart
+        dense_x = [x for x, _ in lines(ax)["dense"]]
+        points = errorbars(ax)["magnitude"]
+        by_sparsity = sorted((sparsity_of[y], x) for x, y, _lo, _hi in points)
+        assert [s for s, _ in by_sparsity] == [0.0, 0.3, 0.5] and dense_x == [1.0]
+        xs = [x for _, x in by_sparsity]
+        assert all(a > b for a, b in zip(xs[:-1], xs[1:], strict=True)), (title, by_sparsity)
+        assert max(xs) == 1.0
+        label = ax.get_xlabel()
+        assert "relative to dense" in label and "16-bit" in label, label
+        assert "source file: Q4_1, 5 bits per weight, not on this axis" in label, label
+    title = fig._suptitle.get_text()
+    assert "relative to the dense model" in title and "16 bits per weight" in title
+    caption = (ROOT / "workflow/report/accuracy_vs_size.rst").read_text()
+    assert "relative_size" in caption and "dense model" in caption
 
 
 # --------------------------------------------------------------------------------------------

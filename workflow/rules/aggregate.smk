@@ -10,7 +10,8 @@ rule aggregate:
         variants=variant_folders(),
         sql=sql_files(),
     output:
-        METRICS_DB,
+        # the stamp; the rule publishes METRICS_DB beside it (common.smk)
+        METRICS_STAMP,
     log:
         "logs/aggregate.log",
     resources:
@@ -27,7 +28,7 @@ rule aggregate:
 rule figures:
     input:
         # the metric tables only: a change of concept settings does not redraw these
-        METRICS_DB,
+        METRICS_STAMP,
     output:
         [
             report(

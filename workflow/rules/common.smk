@@ -14,6 +14,7 @@ from pathlib import Path
 
 from benchmark_illusion.compression import methods as method_defs
 from benchmark_illusion.compression.structures import STRUCTURE_PATTERN
+from benchmark_illusion.metrics import dbfile
 from benchmark_illusion.models import variants as variant_defs
 
 # This repository's workflow/ folder, from this file's own location: also right when the workflow
@@ -86,6 +87,14 @@ CONCEPTS = config["concepts"]["enabled"]
 # `competency_gaps` adds the concept tables in results/illusion.duckdb; otherwise `aggregate`
 # writes results/illusion.duckdb itself.
 METRICS_DB = "results/metrics.duckdb" if CONCEPTS else "results/illusion.duckdb"
+# The rules declare each database's stamp (results/<name>.published.json), not the database:
+# Snakemake deletes a declared output before its job runs and when it fails, and the file users
+# open must stay in place until the new one replaces it (dbfile.py). A stamp whose database was
+# deleted is dropped here, so that the database is built again.
+METRICS_STAMP = str(dbfile.stamp_path(METRICS_DB))
+ILLUSION_STAMP = str(dbfile.stamp_path("results/illusion.duckdb"))
+for _db in {METRICS_DB, "results/illusion.duckdb"}:
+    dbfile.drop_stale_stamp(_db)
 
 
 include: "targets.smk"

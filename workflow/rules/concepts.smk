@@ -70,14 +70,15 @@ rule concept_activations:
 
 rule competency_gaps:
     input:
-        db="results/metrics.duckdb",
+        db=METRICS_STAMP,
         activations=concept_activation_files(),
         tokens=concept_activation_files(".tokens"),
         labels=expand("results/concepts/{model}/labels.parquet", model=MODELS),
         sae=expand("results/concepts/{model}/sae", model=MODELS),
         sql=concept_sql_files(),
     output:
-        "results/illusion.duckdb",
+        # the stamp; the rule publishes results/illusion.duckdb beside it (common.smk)
+        ILLUSION_STAMP,
     log:
         "logs/competency_gaps.log",
     resources:
@@ -91,7 +92,7 @@ rule competency_gaps:
 
 rule concept_figures:
     input:
-        "results/illusion.duckdb",
+        ILLUSION_STAMP,
     output:
         [
             report(

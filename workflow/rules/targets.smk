@@ -203,12 +203,12 @@ def pool_files():
 
 
 def get_final_output():
-    """Targets of the default target `all` (the database and the figures; the report is built
-    from them)."""
+    """Targets of the default target `all` (the database, by its stamp, and the figures; the
+    report is built from them)."""
     figures = figure_names.METRIC_FIGURES
     if CONCEPTS:
         figures += figure_names.CONCEPT_FIGURES
-    return ["results/illusion.duckdb"] + [figure_file(name) for name in figures]
+    return [ILLUSION_STAMP] + [figure_file(name) for name in figures]
 
 
 def concept_activation_files(suffix=""):

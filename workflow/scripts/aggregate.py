@@ -1,10 +1,11 @@
 from benchmark_illusion import logs
+from benchmark_illusion.metrics import dbfile
 from benchmark_illusion.metrics.aggregate import MetricSettings
 from benchmark_illusion.metrics.steps import build_database
 
 logs.to_file(snakemake.log[0])
 build_database(
-    snakemake.output[0],
+    dbfile.database_of(snakemake.output[0]),  # the rule's output is the database's stamp
     generations=list(snakemake.input.generations),
     selected=list(snakemake.input.selected),
     pool=list(snakemake.input.pool),

@@ -16,6 +16,11 @@
 --                   source's bits per weight (model_sources; the bundled SmolLM2 is Q4_1, 5.0
 --                   bits per weight), else 16.
 --   compression   16 / weight_bits
+--   relative_size the checkpoint's size as a share of the dense model's as the pipeline stores
+--                 it (16-bit weights, the storage model's reference): weight_bits / 16, and 1 for
+--                 the dense model and the controls whatever their source's precision. Sizes are
+--                 comparable on this column only: a GGUF source's dense weight_bits (5.0 for
+--                 Q4_1) is the source file's, below every checkpoint made from its 16-bit import
 --   source_weight_type, source_bits_per_weight  how the model's source stores its decoder
 --                 weights (model_sources; NULL for safetensors sources)
 --   family 'perturbation': a perturbed twin (method noise<seed>-<source method>, the source's
@@ -91,6 +96,8 @@ sized AS (
 )
 SELECT s.model, s.method, s.structure, s.sparsity, s.family, s.bits, s.group_size,
        s.symmetric_grid, s.weight_bits, round(16 / s.weight_bits, 4) AS compression,
+       CASE WHEN s.family IN ('dense', 'control') THEN 1.0 ELSE s.weight_bits / 16 END
+           AS relative_size,
        s.seed, s.source_method, s.twin_kind, s.control, s.base_method, s.calibration_seed,
        coalesce(t.relative_change, src.relative_change) AS relative_change,
        ms.weight_type AS source_weight_type, ms.bits_per_weight AS source_bits_per_weight,

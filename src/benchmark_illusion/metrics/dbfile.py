@@ -5,28 +5,28 @@ DuckDB keeps a write-ahead log beside a database opened read-write (`<file>.wal`
 file: a process that holds it read-write locks everybody else out, read-only holders share it.
 Snakemake deletes a job's outputs before the job runs and again when it fails. So:
 
+- the file users open (results/illusion.duckdb) is not the rule's declared output: `aggregate`
+  and `competency_gaps` declare its stamp, `<name>.published.json`, which says when the file
+  was published. Snakemake deletes the stamp, never the database: the previous file stays in
+  place, readable under its own name, until the new one replaces it, and downstream rules depend
+  on the stamp, which changes only when a new database is published. A stamp whose database is
+  gone is stale (drop_stale_stamp, run when the workflow is read), so the database is rebuilt;
 - `aggregate` and `competency_gaps` stop before any work when another process holds the
-  database (or its last good copy, the same file under a second name) read-write;
+  database read-write;
 - a new database is published by one rename, after any stale `<file>.wal` beside it is removed
-  (a log of the replaced file would make the new one unreadable), and is hard-linked as
-  `<name>.last-good.duckdb`, which no Snakemake job owns: it survives the deletion of the
-  declared output when the next aggregation fails;
-- a failed build leaves `.failed-<name>.json` beside the file (when, what, which log); the CLI
-  reads the last good copy when the file itself is gone and says that the last aggregation
-  failed.
+  (a log of the replaced file would make the new one unreadable), then its stamp is written;
+- a failed build leaves the previous database and `.failed-<name>.json` beside it (when, what,
+  which log); the CLI says that the last build failed and that it reads the database from
+  before.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-
-from benchmark_illusion.io import atomic_path
 
 
 class DatabaseError(RuntimeError):
@@ -39,10 +39,46 @@ def wal_path(path: str | Path) -> Path:
     return Path(f"{path}.wal")
 
 
-def last_good_path(path: str | Path) -> Path:
-    """The last good copy of a database file: results/illusion.last-good.duckdb."""
+STAMP_SUFFIX = ".published.json"
+
+
+def stamp_path(path: str | Path) -> Path:
+    """The declared Snakemake output of the rule that builds the database `path`:
+    results/illusion.duckdb -> results/illusion.published.json."""
     path = Path(path)
-    return path.with_name(f"{path.stem}.last-good{path.suffix}")
+    return path.with_name(f"{path.stem}{STAMP_SUFFIX}")
+
+
+def database_of(stamp: str | Path) -> Path:
+    """The database a stamp stands for (the inverse of stamp_path)."""
+    stamp = Path(stamp)
+    if not stamp.name.endswith(STAMP_SUFFIX):
+        raise ValueError(f"{stamp} is not a database stamp (*{STAMP_SUFFIX})")
+    return stamp.with_name(stamp.name[: -len(STAMP_SUFFIX)] + ".duckdb")
+
+
+def drop_stale_stamp(path: str | Path) -> bool:
+    """Remove the stamp of the database `path` when the database itself is gone (deleted by
+    hand), so that Snakemake builds it again; True when one was removed."""
+    stamp = stamp_path(path)
+    if stamp.is_file() and not Path(path).is_file():
+        stamp.unlink(missing_ok=True)
+        return True
+    return False
+
+
+def write_stamp(path: Path) -> None:
+    """Write the stamp of the database `path`, just published (atomically)."""
+    from benchmark_illusion.io import atomic_path  # polars: not for the Snakefile's imports
+
+    st = path.stat()
+    info = {
+        "database": path.name,
+        "published_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime)),
+        "bytes": st.st_size,
+    }
+    with atomic_path(stamp_path(path), ".json") as tmp:
+        Path(tmp).write_text(json.dumps(info, indent=1) + "\n")
 
 
 def failure_marker(path: str | Path) -> Path:
@@ -74,24 +110,25 @@ def writer_holding(path: str | Path) -> str | None:
 
 
 def check_free(path: str | Path, log: str) -> None:
-    """Raise DatabaseError when another process holds the database at `path` (or its last good
-    copy, the same file) read-write: replacing it then would lose what that process writes."""
-    for candidate in (Path(path), last_good_path(path)):
-        holder = writer_holding(candidate)
-        if holder:
-            raise DatabaseError(
-                f"{candidate} is open read-write in {holder}: close it there, or open it with "
-                f"duckdb.connect(..., read_only=True), then run again (nothing was changed; "
-                f"log: {log})"
-            )
+    """Raise DatabaseError when another process holds the database at `path` read-write:
+    replacing it then would lose what that process writes."""
+    holder = writer_holding(path)
+    if holder:
+        raise DatabaseError(
+            f"{path} is open read-write in {holder}: close it there, or open it with "
+            f"duckdb.connect(..., read_only=True), then run again (nothing was changed; "
+            f"log: {log})"
+        )
 
 
 @contextmanager
 def replace_database(path: str | Path, log: str = "logs/aggregate.log", before=None):
     """Yield a temporary path to build the new database in; publish it as `path` when the block
-    succeeds. check_free and then `before()` (the caller's checks of its inputs) run first,
-    before any work. On any failure `path` is left as it was and the failure marker records
-    what happened."""
+    succeeds, then its stamp (stamp_path: the rule's declared output). check_free and then
+    `before()` (the caller's checks of its inputs) run first, before any work. On any failure
+    `path` is left as it was and the failure marker records what happened."""
+    from benchmark_illusion.io import atomic_path
+
     path = Path(path)
     marker = failure_marker(path)
     try:
@@ -101,8 +138,7 @@ def replace_database(path: str | Path, log: str = "logs/aggregate.log", before=N
         with atomic_path(path, ".duckdb") as tmp:
             yield tmp
             check_free(path, log)  # a reader that opened it read-write meanwhile
-            for stale in (wal_path(path), wal_path(last_good_path(path))):
-                stale.unlink(missing_ok=True)
+            wal_path(path).unlink(missing_ok=True)
     except BaseException as e:
         marker.write_text(
             json.dumps(
@@ -116,37 +152,18 @@ def replace_database(path: str | Path, log: str = "logs/aggregate.log", before=N
             )
         )
         raise
-    keep_last_good(path)
+    write_stamp(path)
     marker.unlink(missing_ok=True)
 
 
-def keep_last_good(path: Path) -> None:
-    """Publish `path` also as its last good copy (a hard link: no second copy on disk)."""
-    good = last_good_path(path)
-    tmp = good.with_name(f".{good.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(path, tmp)
-    except OSError:  # a filesystem without hard links
-        shutil.copyfile(path, tmp)
-    os.replace(tmp, good)
-
-
 def for_reading(path: str | Path) -> tuple[Path, list[str]]:
-    """The file a reader should open for the database `path`, and notes for the user: the last
-    good copy when `path` is gone (deleted by a failed or running aggregation), and the builds
-    that failed since (their markers). Raises DatabaseError when there is none."""
+    """The file a reader should open for the database `path`, and notes for the user: the builds
+    that failed since it was published (their markers). Raises DatabaseError when there is none
+    (never built, or deleted: Snakemake builds it again)."""
     path = Path(path)
     notes = []
-    target = path
     if not path.is_file():
-        good = last_good_path(path)
-        if not good.is_file():
-            raise DatabaseError(
-                f"no results database at {path}; run `make run` (or snakemake) first"
-            )
-        target = good
-        notes.append(f"{path} is missing (an aggregation failed or is running): reading {good}")
+        raise DatabaseError(f"no results database at {path}; run `make run` (or snakemake) first")
     # a marker stays until a build of its database succeeds, so the database read here is the
     # one from before the failure (by time stamps it need not look so: a process that held the
     # file read-write writes to it again when it closes)
@@ -159,7 +176,7 @@ def for_reading(path: str | Path) -> tuple[Path, list[str]]:
             f"the last build of {info.get('database')} failed at {info.get('failed_at')}: "
             f"{info.get('error')} (see {info.get('log')}); this database is the one before"
         )
-    return target, notes
+    return path, notes
 
 
 # which rule writes a Parquet log, by its folder (the --forcerun hint of a damaged one)
@@ -207,8 +224,5 @@ def explain(error: Exception, path: str | Path) -> str:
             "(what that process wrote is lost) and run again"
         )
     if "not a valid DuckDB" in text or "Corrupt" in text or "corrupt" in text:
-        return (
-            f"{path} is damaged ({first}): rebuild it with `snakemake --forcerun aggregate`, or "
-            f"read {last_good_path(path)}"
-        )
+        return f"{path} is damaged ({first}): rebuild it with `snakemake --forcerun aggregate`"
     return f"{path}: {first}"

@@ -93,8 +93,9 @@ def build_database(
 
     Before any work: no other process may hold the database read-write, and every Parquet log
     must be readable (dbfile.check_free, dbfile.check_parquet: one-line errors naming the
-    holder or the file). The new file replaces the old by one rename, with its last good copy
-    and without a stale write-ahead log beside it (dbfile.replace_database)."""
+    holder or the file). The new file replaces the old by one rename, without a stale write-ahead
+    log beside it, and then its stamp is written, the rule's declared output
+    (dbfile.replace_database): the old file stays in place until then."""
     logs = [*generations, *selected, *pool]
     with dbfile.replace_database(db_path, log_path, lambda: dbfile.check_parquet(logs)) as tmp:
         con = duckdb.connect(str(tmp))

@@ -237,19 +237,41 @@ def mc_only_split(con, path: Path) -> None:
     save_figure(fig, path)
 
 
-SIZE_LABEL = "stored bits per weight (table checkpoints: weight_bits)"
+SIZE_LABEL = "stored size relative to dense (16-bit = 1)"
+SIZE_TITLE = (
+    "Pruning and quantization at matched size: accuracy and MC-only rate against each "
+    "checkpoint's stored size relative to the dense model,\nall at 16 bits per weight before "
+    "compression (dense = 1; all languages pooled; 95% bootstrap intervals)"
+)
+
+
+def source_note(d: pl.DataFrame) -> str | None:
+    """What a model's source stores when it is not 16-bit weights (a GGUF's quantization): its
+    sizes are not on the axis, which starts from the pipeline's 16-bit import."""
+    src = d.filter(pl.col("source_bits_per_weight").is_not_null())
+    if src.height == 0:
+        return None
+    r = src.row(0, named=True)
+    return (
+        f"source file: {r['source_weight_type']}, {r['source_bits_per_weight']:g} bits per "
+        "weight, not on this axis"
+    )
 
 
 def accuracy_vs_size(con, path: Path) -> None:
     """Pruning and quantization on one axis: accuracy per format and the MC-only rate against
-    the stored bits per weight of the compressed layers (`checkpoints.weight_bits`; dense at its
-    source's precision, 16 unless a GGUF source says otherwise),
-    one line per method and structure kind (unstructured, each N:M, each quantization grid
-    shape; a variant made elsewhere is a point of its own), so checkpoints of matched size stand
-    one above the other."""
+    each checkpoint's stored size relative to the dense model (`checkpoints.relative_size`: its
+    storage-model bits per weight over the dense model's 16; dense 1, whatever the source's own
+    precision, which a panel notes when it is not 16-bit), one line per method and structure
+    kind (unstructured, each N:M, each quantization grid shape; a variant made elsewhere is a
+    point of its own), so checkpoints of matched size stand one above the other."""
+    cols = (
+        "c.relative_size, c.family, c.group_size, c.symmetric_grid, c.source_weight_type, "
+        "c.source_bits_per_weight"
+    )
     acc = con.sql(
         "SELECT a.model, a.method, a.structure, a.sparsity, a.format, a.accuracy AS value, "
-        "a.ci_low, a.ci_high, c.weight_bits, c.family, c.group_size, c.symmetric_grid "
+        f"a.ci_low, a.ci_high, {cols} "
         "FROM accuracy a JOIN checkpoints c USING (model, method, structure, sparsity) "
         "WHERE a.dataset = 'all' AND a.format IN ('open', 'candidates', 'mc') "
         "AND c.family NOT IN ('perturbation', 'control')"
@@ -257,7 +279,7 @@ def accuracy_vs_size(con, path: Path) -> None:
     mc_only = con.sql(
         "SELECT m.model, m.method, m.structure, m.sparsity, 'mc_only' AS format, "
         "m.mc_only_rate AS value, m.mc_only_ci_low AS ci_low, m.mc_only_ci_high AS ci_high, "
-        "c.weight_bits, c.family, c.group_size, c.symmetric_grid "
+        f"{cols} "
         "FROM mc_only m JOIN checkpoints c USING (model, method, structure, sparsity) "
         "WHERE m.dataset = 'all' AND c.family NOT IN ('perturbation', 'control')"
     ).pl()
@@ -276,6 +298,7 @@ def accuracy_vs_size(con, path: Path) -> None:
     )
     for r, model in enumerate(models):
         d = df.filter(pl.col("model") == model)
+        note = source_note(d) if d.height else None
         for c, (fmt, title) in enumerate(panels.items()):
             ax = axes[r][c]
             f = d.filter(pl.col("format") == fmt)
@@ -291,8 +314,8 @@ def accuracy_vs_size(con, path: Path) -> None:
                 alone = nm or family == "variant"
                 errorbar(
                     ax,
-                    (m if alone else pl.concat([dense, m])).sort("weight_bits"),
-                    "weight_bits",
+                    (m if alone else pl.concat([dense, m])).sort("relative_size"),
+                    "relative_size",
                     "value",
                     "ci_low",
                     "ci_high",
@@ -305,14 +328,10 @@ def accuracy_vs_size(con, path: Path) -> None:
                     label=f"{method} {k}".strip(),
                 )
             if dense.height:
-                ax.plot(dense["weight_bits"], dense["value"], "k*", markersize=10, label="dense")
+                ax.plot(dense["relative_size"], dense["value"], "k*", markersize=10, label="dense")
             ax.invert_xaxis()  # more compression to the right
-            label_panel(ax, model, title, SIZE_LABEL, "rate on selected items", (-0.03, 1.03))
+            xlabel = f"{SIZE_LABEL}\n{note}" if note else SIZE_LABEL
+            label_panel(ax, model, title, xlabel, "rate on selected items", (-0.03, 1.03))
             ax.legend(fontsize=7)
-    fig.suptitle(
-        "Pruning and quantization at matched size: accuracy and MC-only rate against stored "
-        "bits per weight (all languages pooled; 95% bootstrap intervals)",
-        fontsize=12,
-        y=1.02,
-    )
+    fig.suptitle(SIZE_TITLE, fontsize=12, y=1.04)
     save_figure(fig, path)
