@@ -392,6 +392,30 @@ def test_gpu_memory_of_sae_concepts_and_import_jobs():
         gpu_memory_mb("train", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION)
 
 
+def test_gpu_memory_of_unset_settings_guards_and_an_unknown_dtype():
+    """Unset evaluation and calibration keys count as decode_tokens 8192, batch_tokens 2048,
+    batch_size 8, n_windows 128, seq_len 2048; an unknown dtype as 4 bytes a value."""
+    ev = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, {}, {})
+    assert ev["kv_cache"] == 268_435_456  # 8192 x 8 blocks x 2 x 1024 x 2 bytes = 256 MiB
+    assert ev["logits"] == 262_144_000  # 2048 x 64000 x 2 bytes
+    assert ev["log_probs"] == 131_072_000  # 2048 / 8 rows x 64000 x 2 x 4 bytes
+    assert ev["activations"] == 201_326_592  # 2048 x 12288 x 4 x 2 bytes
+    # 128 windows x 2048 tokens x 2048 wide x 3 x 4 bytes = 6144 MiB
+    pr = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, {}, {})
+    assert pr["calibration_activations"] == 6_442_450_944
+    # a batch size of 0 counts as one row: 2048 positions x 64000 x 2 x 4 bytes
+    zero_rows = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, {"batch_size": 0}, {})
+    assert zero_rows["log_probs"] == 1_048_576_000
+    # one block: the two float32 copies are of the whole model, 2 x 4 x 1e9
+    one_block = {**SHAPE, "layers": 1}
+    assert gpu_memory_terms("prune", 1e9, "bfloat16", one_block, {}, {})["block_copies"] == 8e9
+    # an unknown dtype counts as float32: 13312, as test_gpu_memory_of_an_evaluate_job_term_by_term
+    assert gpu_memory_mb("evaluate", 1e9, "int8", SHAPE, EVALUATION, CALIBRATION) == 13312
+    # a total just above a multiple of 512 rounds up: 870e6 bfloat16 parameters of an SAE job,
+    # 1.74e9 + 2e9 bytes = 3566.74 MiB; x 1.15 = 4101.75; + 1024 = 5125.75 -> 11 x 512
+    assert gpu_memory_mb("sae", 870e6, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 5632
+
+
 def paper_evaluation_settings(cfg: dict) -> None:
     """What the hand-worked numbers of config/paper.yaml below assume of it."""
     assert cfg["models"]["qwen3-8b"]["params_b"] == 8.2
@@ -439,8 +463,14 @@ def test_job_gpu_memory_follows_the_device_and_each_jobs_dtype():
     config = {
         "evaluation": {**EVALUATION, "device": "cuda", "dtype": "bfloat16"},
         "calibration": CALIBRATION,
-        "models": {"m": {"dtype": "float32"}},
+        "models": {"m": {"dtype": "float32"}, "b": {"dtype": "bfloat16"}, "no-dtype": {}},
     }
+    # pruning in the model's bfloat16: 9216 (test_gpu_memory_of_a_prune_job_term_by_term); in
+    # float32, which a model without a dtype has: 3814.70 + 953.67 + 3072 + 1152 = 8992.37 MiB;
+    # x 1.15 = 10341.23; + 1024 = 11365.23 -> 23 x 512
+    assert job_gpu_memory_mb("prune", config, "b", 1e9, SHAPE) == 9216
+    assert job_gpu_memory_mb("prune", config, "m", 1e9, SHAPE) == 11776
+    assert job_gpu_memory_mb("prune", config, "no-dtype", 1e9, SHAPE) == 11776
     # bfloat16 evaluation: 7680 (test_gpu_memory_of_an_evaluate_job_term_by_term)
     assert job_gpu_memory_mb("evaluate", config, "m", 1e9, SHAPE) == 7680
     # float32 SAE (the model's dtype): 7680, and 5632 in bfloat16 (the test above)
@@ -477,10 +507,10 @@ def test_host_memory_and_runtime_term_by_term(kind):
     (weights_gb, fixed_gb), (size_min, fixed_min), mem_mb, runtime = HOST[kind]
     terms = job_terms(kind, 3.05e9, "bfloat16")
     assert terms["mem_gb"] == {
-        "weights": pytest.approx(weights_gb),
-        "fixed": pytest.approx(fixed_gb),
+        "weights": pytest.approx(weights_gb, rel=1e-12),
+        "fixed": fixed_gb,
     }
-    assert terms["minutes"] == {"size": pytest.approx(size_min), "fixed": pytest.approx(fixed_min)}
+    assert terms["minutes"] == {"size": pytest.approx(size_min, rel=1e-12), "fixed": fixed_min}
     assert job_resources(kind, 3.05e9, "bfloat16") == {"mem_mb": mem_mb, "runtime": runtime}
 
 
@@ -493,6 +523,16 @@ def test_host_memory_and_runtime_of_a_retry_and_in_float32():
     # float32: 12.2 GB of weights, 1.5 x 12.2 = 18.3, + 6 = 24.3 GB = 24883.2 MB -> 49 x 512;
     # the runtime does not depend on the dtype
     assert job_resources("evaluate", 3.05e9, "float32") == {"mem_mb": 25088, "runtime": 57}
+    # float32 unless told, and for an unknown dtype
+    assert job_resources("evaluate", 3.05e9) == {"mem_mb": 25088, "runtime": 57}
+    assert job_resources("evaluate", 3.05e9, "int8") == {"mem_mb": 25088, "runtime": 57}
+    assert job_terms("evaluate", 3.05e9)["mem_gb"]["weights"] == pytest.approx(18.3, rel=1e-12)
+    with pytest.raises(
+        ValueError,
+        match="unknown job kind 'train'; known: import, evaluate, prune, calibration, sae, "
+        "concepts$",
+    ):
+        job_terms("train", 1e9)
 
 
 def test_aggregation_memory_and_runtime_term_by_term():
@@ -507,6 +547,9 @@ def test_aggregation_memory_and_runtime_term_by_term():
     assert aggregate_resources(300_000) == {"mem_mb": 2560, "runtime": 8}
     # a retry: 4.4 GB = 4505.6 MB -> 9 x 512; 16 minutes
     assert aggregate_resources(300_000, attempt=2) == {"mem_mb": 4608, "runtime": 16}
+    # just above a multiple of 512: 501,250 pairs, 1 + 2.005 = 3.005 GB = 3077.12 MB -> 7 x 512;
+    # 5 + 5.0125 minutes -> 11
+    assert aggregate_resources(501_250) == {"mem_mb": 3584, "runtime": 11}
 
 
 def test_gpu_request_speaks_the_sites_dialect():

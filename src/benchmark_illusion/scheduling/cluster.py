@@ -159,7 +159,8 @@ def _mb(gb: float) -> int:
 def job_terms(kind: str, n_params: float, dtype: str = "float32") -> dict[str, dict[str, float]]:
     """The terms of one `kind` job's host memory and runtime (see PLAN), before the attempt:
 
-      mem_gb   weights  GB of RAM per GB of weights x n_params x bytes per value / 1e9
+      mem_gb   weights  GB of RAM per GB of weights x n_params x bytes per value (float32 4,
+                        bfloat16 and float16 2, any other 4) / 1e9
                fixed    fixed GB
       minutes  size     minutes per billion parameters x n_params / 1e9
                fixed    fixed minutes
@@ -278,7 +279,7 @@ def gpu_memory_terms(
 ) -> dict[str, float]:
     """The terms of one `kind` job's GPU memory in bytes, before the headroom, the CUDA context
     and the attempt (gpu_memory_mb adds them up). b: bytes per value of `dtype` (float32 4,
-    bfloat16 and float16 2).
+    bfloat16 and float16 2, any other 4).
 
     every kind   weights                  n_params x b
     evaluate     kv_cache                 evaluation.decode_tokens x layers x 2 (K, V) x kv_dim x b
