@@ -403,6 +403,9 @@ def test_gpu_memory_of_unset_settings_guards_and_an_unknown_dtype():
     # 128 windows x 2048 tokens x 2048 wide x 3 x 4 bytes = 6144 MiB
     pr = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, {}, {})
     assert pr["calibration_activations"] == 6_442_450_944
+    # 64 windows, the default 2048 tokens: half that
+    pr = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, {}, {"n_windows": 64})
+    assert pr["calibration_activations"] == 3_221_225_472
     # a batch size of 0 counts as one row: 2048 positions x 64000 x 2 x 4 bytes
     zero_rows = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, {"batch_size": 0}, {})
     assert zero_rows["log_probs"] == 1_048_576_000
