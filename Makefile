@@ -124,8 +124,9 @@ bench: $(STAMP)
 
 # Mutation testing: mutmut (pinned) in its own venv .venv-mutate, set up as `install` sets up
 # .venv, over the functions of the core modules that tests/mutation/mutate.py names (judge,
-# pruning masks and SparseGPT, items, bootstrap, the aggregation helpers) with their fast unit
-# tests ([tool.mutmut] in pyproject.toml), one test process at a time. Prints the score per
+# pruning masks and SparseGPT, items, bootstrap, the aggregation helpers, the cluster's
+# estimates) with their fast unit tests ([tool.mutmut] in pyproject.toml), one test process at
+# a time. Prints the score per
 # module and fails on a surviving mutant that tests/mutation/equivalent.md does not list.
 # A fresh run (mutants/ is removed first) takes about an hour on one core.
 mutate:

@@ -8,7 +8,8 @@
 # back to the CPU; the script also fails if any prune, quantize or evaluate log says it loaded on
 # another device, or if any logged score is not finite (the evaluation itself fails a job on a
 # non-finite logit; this re-checks the logs). Prints each job's wall time and peak RSS
-# (Snakemake benchmark files) and each job's peak GPU memory (from its log). Then both engines
+# (Snakemake benchmark files) and a table of each job's estimated GPU memory, its peak GPU memory
+# (from its log) and their ratio (benchmark_illusion.scheduling.gpu_peaks). Then both engines
 # (native and vLLM) on the same items and device: their parity table and the items/s of each on
 # mc, greedy and the recovery decodes, with the ratio.
 #
@@ -89,8 +90,8 @@ if bad:
 print(f"  {len(files)} evaluation logs, every score finite")
 PYEOF
   if [ "$DEVICE" != cpu ]; then
-    echo "peak GPU memory per job:"
-    grep -rHoE "peak GPU memory [0-9.]+ GiB" "${jobs[@]}" | sed "s#$work/logs/##; s/^/  /"
+    echo "GPU memory per job, estimated (the workflow's gpu_mem_mb) and measured (the peak its log names):"
+    "$PY" -m benchmark_illusion.scheduling.gpu_peaks "$work" "$work/$dtype.yaml" | sed "s/^/  /"
   fi
   echo "wall time (s) and peak RSS (MB) per job (Snakemake benchmark files):"
   for f in $(find "$work/logs/benchmarks" -name '*.tsv' | sort); do

@@ -6,6 +6,8 @@ import logging
 import sys
 from pathlib import Path
 
+FORMAT = "%(asctime)s %(levelname)s %(message)s"  # every log line: time, level, message
+
 
 def to_file(path: str | Path | None) -> logging.Logger:
     """Send this process's log records and stderr (where tqdm draws) to `path`.
@@ -14,7 +16,7 @@ def to_file(path: str | Path | None) -> logging.Logger:
     """
     logger = logging.getLogger("benchmark_illusion")
     logger.setLevel(logging.INFO)
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    fmt = logging.Formatter(FORMAT)
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         stream = open(path, "a", buffering=1, encoding="utf-8")

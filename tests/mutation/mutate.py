@@ -112,6 +112,23 @@ SCOPE = [
         f"benchmark_illusion.metrics.aggregate.x_{f}__mutmut_*"
         for f in ("item_drop_rows", "run_sql_files", "split_report_files", "add_bits_columns")
     ),
+    # the cluster's estimates: host memory, runtime and GPU memory term by term, their totals
+    # and roundings, and the device and dtype each job is sized in
+    *(
+        f"benchmark_illusion.scheduling.cluster.x_{f}__mutmut_*"
+        for f in (
+            "_added",
+            "_mb",
+            "job_terms",
+            "_resources",
+            "job_resources",
+            "gpu_memory_terms",
+            "gpu_memory_mb",
+            "job_gpu_memory_mb",
+            "aggregate_terms",
+            "aggregate_resources",
+        )
+    ),
 ]
 
 # A mutant that runs into mutmut's time limit counts as killed (as mutmut's own score does).

@@ -21,11 +21,15 @@ from benchmark_illusion.scheduling.cluster import (
     DEFAULT_SHAPE,
     MODEL_JOB_THREADS,
     aggregate_resources,
+    aggregate_terms,
     gpu_memory_mb,
+    gpu_memory_terms,
     gpu_request,
     guessed,
     hub_params,
+    job_gpu_memory_mb,
     job_resources,
+    job_terms,
     job_threads,
     model_shape,
     parameter_count,
@@ -315,36 +319,240 @@ def test_model_shape_from_the_gguf_header_equals_the_imports_config(bundled_mode
     assert model_shape("x", hub, tmp_path) == (DEFAULT_SHAPE, "default (the 8B shape)")
 
 
-def test_gpu_memory_adds_kv_cache_logits_and_calibration_to_the_weights():
-    """Worked by hand: 1e9 bfloat16 parameters (2e9 bytes); a shape of 10 blocks, width 100,
-    kv_dim 50, MLP 400, 1000 tokens; batches of 10 rows, 100 tokens; then x 1.15, + 1024 MB,
-    rounded up to 512 MB."""
-    shape = {"layers": 10, "hidden": 100, "kv_dim": 50, "intermediate": 400, "vocab": 1000}
-    ev = {"decode_tokens": 1000, "batch_tokens": 100, "batch_size": 10}
-    cal = {"n_windows": 10, "seq_len": 100}
+MiB = 2**20
 
-    def mb(total_bytes: float, attempt: int = 1) -> int:
-        return int(-(-((total_bytes * 1.15 / 2**20 + 1024) * attempt) // 512) * 512)
+# A shape and settings where every term of the GPU estimate is larger than its 512 MB rounding,
+# so that losing any one of them changes the request: 8 blocks of width 2048, key/value width
+# 1024, MLP width 12288, 64,000 tokens; batches of 8192 tokens in 4 rows, decode groups of 32,768
+# tokens; calibration 128 windows of 1024 tokens.
+SHAPE = {"layers": 8, "hidden": 2048, "kv_dim": 1024, "intermediate": 12288, "vocab": 64000}
+EVALUATION = {"decode_tokens": 32768, "batch_tokens": 8192, "batch_size": 4}
+CALIBRATION = {"n_windows": 128, "seq_len": 1024}
 
-    kv = 1000 * 10 * 2 * 50 * 2  # decode tokens x blocks x (K, V) x kv_dim x 2 bytes
-    # batch tokens x vocab x 2 bytes; one row's 10 positions x vocab x (log-probs, a copy) x 4
-    logits = 100 * 1000 * 2 + 10 * 1000 * 2 * 4
-    acts = 100 * 400 * 4 * 2  # batch tokens x widest activation x 4 values x 2 bytes
-    assert gpu_memory_mb("evaluate", 1e9, "bfloat16", shape, ev, cal) == mb(
-        2e9 + kv + logits + acts
+
+def test_gpu_memory_of_an_evaluate_job_term_by_term():
+    """1e9 bfloat16 parameters (2 bytes a value) evaluated with SHAPE and EVALUATION."""
+    terms = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION)
+    assert list(terms) == ["weights", "kv_cache", "logits", "log_probs", "activations"]
+    assert terms["weights"] == 2_000_000_000  # 1e9 x 2 bytes = 1907.35 MiB
+    # decode tokens x blocks x (K, V) x kv_dim x 2 bytes = 32768 x 8 x 2 x 1024 x 2 = 1024 MiB
+    assert terms["kv_cache"] == 1_073_741_824
+    # batch tokens x vocab x 2 bytes = 8192 x 64000 x 2 = 1000 MiB
+    assert terms["logits"] == 1_048_576_000
+    # one row's positions (8192 / 4 rows = 2048) x vocab x (log-probs, a copy) x 4 bytes
+    # = 2048 x 64000 x 2 x 4 = 1000 MiB
+    assert terms["log_probs"] == 1_048_576_000
+    # batch tokens x the widest activation (MLP 12288) x 4 values x 2 bytes = 768 MiB
+    assert terms["activations"] == 805_306_368
+    # 1907.35 + 1024 + 1000 + 1000 + 768 = 5699.35 MiB; x 1.15 = 6554.25; + 1024 = 7578.25;
+    # up to a multiple of 512: 15 x 512
+    assert gpu_memory_mb("evaluate", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 7680
+    # a retry: 7578.25 x 2 = 15156.50 -> 30 x 512
+    assert (
+        gpu_memory_mb("evaluate", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION, attempt=2)
+        == 15360
     )
-    assert gpu_memory_mb("evaluate", 1e9, "bfloat16", shape, ev, cal, attempt=2) == mb(
-        2e9 + kv + logits + acts, 2
+    # float32 doubles the weights, the KV cache, the logits and the activations (not the
+    # float32 log-probs): 3814.70 + 2048 + 2000 + 1000 + 1536 = 10398.70 MiB; x 1.15 = 11958.50;
+    # + 1024 = 12982.50 -> 26 x 512
+    assert gpu_memory_mb("evaluate", 1e9, "float32", SHAPE, EVALUATION, CALIBRATION) == 13312
+
+
+def test_gpu_memory_of_a_prune_job_term_by_term():
+    """1e9 bfloat16 parameters pruned (or quantized) with SHAPE and CALIBRATION."""
+    terms = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION)
+    assert list(terms) == ["weights", "block_copies", "calibration_activations", "hessian"]
+    assert terms["weights"] == 2_000_000_000  # 1907.35 MiB
+    # two float32 copies of one of 8 blocks: 2 x 4 bytes x 1e9 / 8 = 953.67 MiB
+    assert terms["block_copies"] == 1_000_000_000
+    # windows x tokens x width x 3 x 4 bytes = 128 x 1024 x 2048 x 12 = 3072 MiB
+    assert terms["calibration_activations"] == 3_221_225_472
+    # the Hessian and its inverse of the widest input: 12288^2 x 2 x 4 bytes = 1152 MiB
+    assert terms["hessian"] == 1_207_959_552
+    # 1907.35 + 953.67 + 3072 + 1152 = 7085.02 MiB; x 1.15 = 8147.78; + 1024 = 9171.78 -> 18 x 512
+    assert gpu_memory_mb("prune", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 9216
+    # a retry: 18343.55 -> 36 x 512
+    assert (
+        gpu_memory_mb("prune", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION, attempt=2) == 18432
     )
-    block = 2 * 4 * 1e9 / 10  # two float32 copies of one of 10 blocks
-    calib = 10 * 100 * 100 * 3 * 4
-    hessian = 400**2 * 2 * 4
-    assert gpu_memory_mb("prune", 1e9, "bfloat16", shape, ev, cal) == mb(
-        2e9 + block + calib + hessian
+
+
+def test_gpu_memory_of_sae_concepts_and_import_jobs():
+    for kind in ("sae", "concepts"):
+        terms = gpu_memory_terms(kind, 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION)
+        assert terms == {"weights": 2_000_000_000, "activation_buffers": 2_000_000_000}
+        # 2e9 + 2e9 bytes = 3814.70 MiB; x 1.15 = 4386.90; + 1024 = 5410.90 -> 11 x 512
+        assert gpu_memory_mb(kind, 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 5632
+    # float32 weights: 4e9 + 2e9 bytes = 5722.05 MiB; x 1.15 + 1024 = 7604.35 -> 15 x 512
+    assert gpu_memory_mb("sae", 1e9, "float32", SHAPE, EVALUATION, CALIBRATION) == 7680
+    # the conversion runs on the CPU: no term, no GPU memory
+    assert gpu_memory_terms("import", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == {}
+    assert gpu_memory_mb("import", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 0
+    with pytest.raises(ValueError, match="unknown job kind 'train' for GPU memory"):
+        gpu_memory_mb("train", 1e9, "bfloat16", SHAPE, EVALUATION, CALIBRATION)
+
+
+def test_gpu_memory_of_unset_settings_guards_and_an_unknown_dtype():
+    """Unset evaluation and calibration keys count as decode_tokens 8192, batch_tokens 2048,
+    batch_size 8, n_windows 128, seq_len 2048; an unknown dtype as 4 bytes a value."""
+    ev = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, {}, {})
+    assert ev["kv_cache"] == 268_435_456  # 8192 x 8 blocks x 2 x 1024 x 2 bytes = 256 MiB
+    assert ev["logits"] == 262_144_000  # 2048 x 64000 x 2 bytes
+    assert ev["log_probs"] == 131_072_000  # 2048 / 8 rows x 64000 x 2 x 4 bytes
+    assert ev["activations"] == 201_326_592  # 2048 x 12288 x 4 x 2 bytes
+    # 128 windows x 2048 tokens x 2048 wide x 3 x 4 bytes = 6144 MiB
+    pr = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, {}, {})
+    assert pr["calibration_activations"] == 6_442_450_944
+    # 64 windows, the default 2048 tokens: half that
+    pr = gpu_memory_terms("prune", 1e9, "bfloat16", SHAPE, {}, {"n_windows": 64})
+    assert pr["calibration_activations"] == 3_221_225_472
+    # a batch size of 0 counts as one row: 2048 positions x 64000 x 2 x 4 bytes
+    zero_rows = gpu_memory_terms("evaluate", 1e9, "bfloat16", SHAPE, {"batch_size": 0}, {})
+    assert zero_rows["log_probs"] == 1_048_576_000
+    # one block: the two float32 copies are of the whole model, 2 x 4 x 1e9
+    one_block = {**SHAPE, "layers": 1}
+    assert gpu_memory_terms("prune", 1e9, "bfloat16", one_block, {}, {})["block_copies"] == 8e9
+    # an unknown dtype counts as float32: 13312, as test_gpu_memory_of_an_evaluate_job_term_by_term
+    assert gpu_memory_mb("evaluate", 1e9, "int8", SHAPE, EVALUATION, CALIBRATION) == 13312
+    # a total just above a multiple of 512 rounds up: 870e6 bfloat16 parameters of an SAE job,
+    # 1.74e9 + 2e9 bytes = 3566.74 MiB; x 1.15 = 4101.75; + 1024 = 5125.75 -> 11 x 512
+    assert gpu_memory_mb("sae", 870e6, "bfloat16", SHAPE, EVALUATION, CALIBRATION) == 5632
+
+
+def paper_evaluation_settings(cfg: dict) -> None:
+    """What the hand-worked numbers of config/paper.yaml below assume of it."""
+    assert cfg["models"]["qwen3-8b"]["params_b"] == 8.2
+    assert cfg["evaluation"]["dtype"] == "bfloat16" and cfg["evaluation"]["device"] == "cuda"
+    ev = {k: cfg["evaluation"][k] for k in ("decode_tokens", "batch_tokens", "batch_size")}
+    assert ev == {"decode_tokens": 65536, "batch_tokens": 16384, "batch_size": 32}
+
+
+def test_gpu_memory_of_the_paper_configs_evaluate_job_term_by_term():
+    """qwen3-8b of config/paper.yaml before its download: 8.2e9 bfloat16 parameters, the 8B
+    shape (32 blocks, key/value width 1024, MLP width 14336, 128,256 tokens)."""
+    cfg = load_config(ROOT / "config/paper.yaml")
+    paper_evaluation_settings(cfg)
+    assert DEFAULT_SHAPE == {
+        "layers": 32,
+        "hidden": 4096,
+        "kv_dim": 1024,
+        "intermediate": 14336,
+        "vocab": 128256,
+    }
+    terms = gpu_memory_terms(
+        "evaluate", 8.2e9, "bfloat16", DEFAULT_SHAPE, cfg["evaluation"], cfg["calibration"]
     )
-    assert gpu_memory_mb("import", 1e9, "bfloat16", shape, ev, cal) == 0
-    # float32 doubles the weights' share
-    assert gpu_memory_mb("sae", 1e9, "float32", shape, ev, cal) == mb(4e9 + 2e9)
+    in_mib = {k: round(v / MiB, 2) for k, v in terms.items()}
+    assert in_mib == {
+        "weights": 15640.26,  # 8.2e9 x 2 bytes
+        "kv_cache": 8192,  # 65536 tokens x 32 blocks x 2 x 1024 x 2 bytes
+        "logits": 4008,  # 16384 tokens x 128256 x 2 bytes
+        "log_probs": 501,  # 16384 / 32 rows = 512 positions x 128256 x 2 x 4 bytes
+        "activations": 1792,  # 16384 tokens x 14336 x 4 x 2 bytes
+    }
+    # 30133.26 MiB x 1.15 = 34653.25; + 1024 = 35677.25 -> 70 x 512 (without the KV cache it
+    # would be 52 x 512 = 26624: every such job out of memory where the request is exact)
+    assert (
+        gpu_memory_mb(
+            "evaluate", 8.2e9, "bfloat16", DEFAULT_SHAPE, cfg["evaluation"], cfg["calibration"]
+        )
+        == 35840
+    )
+
+
+def test_job_gpu_memory_follows_the_device_and_each_jobs_dtype():
+    """Evaluation runs in evaluation.dtype, the other model jobs in the model's; no GPU memory
+    on the CPU."""
+    config = {
+        "evaluation": {**EVALUATION, "device": "cuda", "dtype": "bfloat16"},
+        "calibration": CALIBRATION,
+        "models": {"m": {"dtype": "float32"}, "b": {"dtype": "bfloat16"}, "no-dtype": {}},
+    }
+    # pruning in the model's bfloat16: 9216 (test_gpu_memory_of_a_prune_job_term_by_term); in
+    # float32, which a model without a dtype has: 3814.70 + 953.67 + 3072 + 1152 = 8992.37 MiB;
+    # x 1.15 = 10341.23; + 1024 = 11365.23 -> 23 x 512
+    assert job_gpu_memory_mb("prune", config, "b", 1e9, SHAPE) == 9216
+    assert job_gpu_memory_mb("prune", config, "m", 1e9, SHAPE) == 11776
+    assert job_gpu_memory_mb("prune", config, "no-dtype", 1e9, SHAPE) == 11776
+    # bfloat16 evaluation: 7680 (test_gpu_memory_of_an_evaluate_job_term_by_term)
+    assert job_gpu_memory_mb("evaluate", config, "m", 1e9, SHAPE) == 7680
+    # float32 SAE (the model's dtype): 7680, and 5632 in bfloat16 (the test above)
+    assert job_gpu_memory_mb("sae", config, "m", 1e9, SHAPE) == 7680
+    assert job_gpu_memory_mb("sae", config, "m", 1e9, SHAPE, attempt=2) == 15360
+    config["evaluation"]["dtype"] = "float32"
+    assert job_gpu_memory_mb("evaluate", config, "m", 1e9, SHAPE) == 13312
+    config["evaluation"]["device"] = "cpu"
+    assert job_gpu_memory_mb("evaluate", config, "m", 1e9, SHAPE) == 0
+    assert job_gpu_memory_mb("prune", config, "m", 1e9, SHAPE) == 0
+
+
+# Host memory and runtime of a 3.05e9-parameter bfloat16 model (6.1 GB of weights), per kind:
+# (GB of RAM per GB of weights x 6.1, fixed GB), (minutes per billion x 3.05, fixed minutes),
+# then mem_mb: GB x 1024 rounded up to 512, runtime: minutes rounded up.
+HOST = {
+    # 2 x 6.1 = 12.2, + 4 = 16.2 GB = 16588.8 MB -> 33 x 512; 6 x 3.05 = 18.3, + 20 = 38.3 min
+    "import": ((12.2, 4), (18.3, 20), 16896, 39),
+    # 1.5 x 6.1 = 9.15, + 6 = 15.15 GB = 15513.6 MB -> 31 x 512; 12 x 3.05 = 36.6, + 20 = 56.6
+    "evaluate": ((9.15, 6), (36.6, 20), 15872, 57),
+    # 2.5 x 6.1 = 15.25, + 8 = 23.25 GB = 23808 MB -> 47 x 512; 15 x 3.05 = 45.75, + 30 = 75.75
+    "prune": ((15.25, 8), (45.75, 30), 24064, 76),
+    # the tokenizer only: 8 GB = 8192 MB; 60 minutes
+    "calibration": ((0, 8), (0, 60), 8192, 60),
+    # 2 x 6.1 = 12.2, + 8 = 20.2 GB = 20684.8 MB -> 41 x 512; 20 x 3.05 = 61, + 60 = 121
+    "sae": ((12.2, 8), (61, 60), 20992, 121),
+    # 1.5 x 6.1 = 9.15, + 6 = 15.15 GB -> 31 x 512; 8 x 3.05 = 24.4, + 20 = 44.4
+    "concepts": ((9.15, 6), (24.4, 20), 15872, 45),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOST))
+def test_host_memory_and_runtime_term_by_term(kind):
+    (weights_gb, fixed_gb), (size_min, fixed_min), mem_mb, runtime = HOST[kind]
+    terms = job_terms(kind, 3.05e9, "bfloat16")
+    assert terms["mem_gb"] == {
+        "weights": pytest.approx(weights_gb, rel=1e-12),
+        "fixed": fixed_gb,
+    }
+    assert terms["minutes"] == {"size": pytest.approx(size_min, rel=1e-12), "fixed": fixed_min}
+    assert job_resources(kind, 3.05e9, "bfloat16") == {"mem_mb": mem_mb, "runtime": runtime}
+
+
+def test_host_memory_and_runtime_of_a_retry_and_in_float32():
+    # a retry of the evaluation: 15.15 x 2 = 30.3 GB = 31027.2 MB -> 61 x 512; 56.6 x 2 = 113.2
+    assert job_resources("evaluate", 3.05e9, "bfloat16", attempt=2) == {
+        "mem_mb": 31232,
+        "runtime": 114,
+    }
+    # float32: 12.2 GB of weights, 1.5 x 12.2 = 18.3, + 6 = 24.3 GB = 24883.2 MB -> 49 x 512;
+    # the runtime does not depend on the dtype
+    assert job_resources("evaluate", 3.05e9, "float32") == {"mem_mb": 25088, "runtime": 57}
+    # float32 unless told, and for an unknown dtype
+    assert job_resources("evaluate", 3.05e9) == {"mem_mb": 25088, "runtime": 57}
+    assert job_resources("evaluate", 3.05e9, "int8") == {"mem_mb": 25088, "runtime": 57}
+    assert job_terms("evaluate", 3.05e9)["mem_gb"]["weights"] == pytest.approx(18.3, rel=1e-12)
+    with pytest.raises(
+        ValueError,
+        match="unknown job kind 'train'; known: import, evaluate, prune, calibration, sae, "
+        "concepts$",
+    ):
+        job_terms("train", 1e9)
+
+
+def test_aggregation_memory_and_runtime_term_by_term():
+    """300,000 item x checkpoint pairs."""
+    terms = aggregate_terms(300_000)
+    # 4e-6 GB a pair: 1.2 GB; 1 minute per 100,000 pairs: 3 minutes
+    assert terms == {
+        "mem_gb": {"fixed": 1, "pairs": pytest.approx(1.2)},
+        "minutes": {"fixed": 5, "pairs": 3},
+    }
+    # 1 + 1.2 = 2.2 GB = 2252.8 MB -> 5 x 512; 5 + 3 = 8 minutes
+    assert aggregate_resources(300_000) == {"mem_mb": 2560, "runtime": 8}
+    # a retry: 4.4 GB = 4505.6 MB -> 9 x 512; 16 minutes
+    assert aggregate_resources(300_000, attempt=2) == {"mem_mb": 4608, "runtime": 16}
+    # just above a multiple of 512: 501,250 pairs, 1 + 2.005 = 3.005 GB = 3077.12 MB -> 7 x 512;
+    # 5 + 5.0125 minutes -> 11
+    assert aggregate_resources(501_250) == {"mem_mb": 3584, "runtime": 11}
 
 
 def test_gpu_request_speaks_the_sites_dialect():
@@ -390,23 +598,18 @@ def test_slurm_profile_sends_gpu_rules_to_the_gpu_partition_sized_from_params_b(
         for line in lines:
             assert ("slurm_partition=gpu" in line) == gpu, (rule, line)
             assert ("gpu=1" in line) == gpu, (rule, line)
-    # evaluate of qwen3-8b (params_b 8.2, bfloat16) asks what the sizing rule says
-    want = job_resources("evaluate", 8.2e9, "bfloat16")
+    # evaluate of qwen3-8b (params_b 8.2, bfloat16; not downloaded: the 8B shape), worked by
+    # hand: host memory 1.5 x 16.4 GB of weights + 6 = 30.6 GB = 31334.4 MB -> 62 x 512;
+    # runtime 12 x 8.2 + 20 = 118.4 -> 119 minutes; GPU memory 35840 MB (35 GB: the 40 GB
+    # feature), term by term in test_gpu_memory_of_the_paper_configs_evaluate_job_term_by_term
+    paper_evaluation_settings(load_config(ROOT / "config/paper.yaml"))
     block = next(
         b
         for b in re.split(r"\n(?:local)?rule ", out)
         if b.startswith("evaluate:") and "model=qwen3-8b" in b
     )
-    assert f"mem_mb={want['mem_mb']}," in block and f"runtime={want['runtime']}," in block
-    # its GPU memory: 8.2B bfloat16 weights (not downloaded: the 8B shape), the paper config's
-    # batch and KV settings
-    cfg = load_config(ROOT / "config/paper.yaml")
-    gpu = gpu_memory_mb(
-        "evaluate", 8.2e9, "bfloat16", DEFAULT_SHAPE, cfg["evaluation"], cfg["calibration"]
-    )
-    assert 16_000 < gpu < 80 * 1024
-    feature = "a100_40g" if gpu <= 40 * 1024 else "a100_80g"
-    assert f"gpu_mem_mb={gpu}," in block and f"constraint={feature}" in block
+    assert "mem_mb=31744," in block and "runtime=119," in block
+    assert "gpu_mem_mb=35840," in block and "constraint=a100_40g" in block
 
 
 def test_gpu_check_plans_every_step_in_both_dtypes_and_refuses_a_machine_without_a_gpu(tmp_path):

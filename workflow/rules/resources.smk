@@ -48,25 +48,15 @@ def model_shape(model):
 
 
 def gpu_memory(kind, wildcards, attempt):
-    """GPU memory in MB of a `kind` job of {model} (cluster.gpu_memory_mb); 0 on the CPU."""
-    from benchmark_illusion.scheduling.cluster import gpu_memory_mb
+    """GPU memory in MB of a `kind` job of {model} (cluster.job_gpu_memory_mb); 0 on the CPU."""
+    from benchmark_illusion.scheduling.cluster import job_gpu_memory_mb
 
-    if config["evaluation"]["device"] == "cpu":
-        return 0
-    model = config["models"][wildcards.model]
-    # evaluation runs in evaluation.dtype; pruning, quantization and concepts in the model's
-    dtype = (
-        config["evaluation"]["dtype"]
-        if kind == "evaluate"
-        else model.get("dtype", "float32")
-    )
-    return gpu_memory_mb(
+    return job_gpu_memory_mb(
         kind,
+        config,
+        wildcards.model,
         model_params(wildcards.model)[0],
-        dtype,
         model_shape(wildcards.model)[0],
-        config["evaluation"],
-        config["calibration"],
         attempt,
     )
 

@@ -143,15 +143,50 @@ def hub_params(repo: str, revision: str | None = None) -> tuple[int, str] | None
     return (n, f"hub safetensors metadata of {repo}") if n else None
 
 
-def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: int = 1) -> dict:
-    """{'mem_mb': int, 'runtime': int (minutes)} for one job of `kind` (see PLAN)."""
+def _added(terms: dict[str, float]) -> float:
+    """The terms added up one after the other, in order (the estimates' totals)."""
+    total = 0.0
+    for value in terms.values():
+        total += value
+    return total
+
+
+def _mb(gb: float) -> int:
+    """GB to MB, rounded up to 512 MB."""
+    return int(math.ceil(gb * 1024 / 512) * 512)
+
+
+def job_terms(kind: str, n_params: float, dtype: str = "float32") -> dict[str, dict[str, float]]:
+    """The terms of one `kind` job's host memory and runtime (see PLAN), before the attempt:
+
+      mem_gb   weights  GB of RAM per GB of weights x n_params x bytes per value (float32 4,
+                        bfloat16 and float16 2, any other 4) / 1e9
+               fixed    fixed GB
+      minutes  size     minutes per billion parameters x n_params / 1e9
+               fixed    fixed minutes
+
+    job_resources adds each up, multiplies by the attempt and rounds up (memory to 512 MB,
+    minutes to whole minutes)."""
     if kind not in PLAN:
         raise ValueError(f"unknown job kind {kind!r}; known: {', '.join(PLAN)}")
     ram_per_weight_gb, fixed_gb, min_per_b, fixed_min = PLAN[kind]
     weights_gb = n_params * DTYPE_BYTES.get(dtype, 4) / 1e9
-    mem_gb = (ram_per_weight_gb * weights_gb + fixed_gb) * attempt
-    minutes = (min_per_b * n_params / 1e9 + fixed_min) * attempt
-    return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
+    return {
+        "mem_gb": {"weights": ram_per_weight_gb * weights_gb, "fixed": fixed_gb},
+        "minutes": {"size": min_per_b * n_params / 1e9, "fixed": fixed_min},
+    }
+
+
+def _resources(terms: dict[str, dict[str, float]], attempt: int) -> dict:
+    mem_gb = _added(terms["mem_gb"]) * attempt
+    minutes = _added(terms["minutes"]) * attempt
+    return {"mem_mb": _mb(mem_gb), "runtime": int(math.ceil(minutes))}
+
+
+def job_resources(kind: str, n_params: float, dtype: str = "float32", attempt: int = 1) -> dict:
+    """{'mem_mb': int, 'runtime': int (minutes)} for one job of `kind` (see PLAN): the terms of
+    job_terms added up, x the attempt, memory rounded up to 512 MB, minutes up to whole ones."""
+    return _resources(job_terms(kind, n_params, dtype), attempt)
 
 
 # ------------------------------------------------------------------------- GPU memory
@@ -239,6 +274,63 @@ def model_shape(name: str, cfg: dict, root: Path = Path(".")) -> tuple[dict, str
     return dict(DEFAULT_SHAPE), "default (the 8B shape)"
 
 
+def gpu_memory_terms(
+    kind: str, n_params: float, dtype: str, shape: dict, evaluation: dict, calibration: dict
+) -> dict[str, float]:
+    """The terms of one `kind` job's GPU memory in bytes, before the headroom, the CUDA context
+    and the attempt (gpu_memory_mb adds them up). b: bytes per value of `dtype` (float32 4,
+    bfloat16 and float16 2, any other 4).
+
+    every kind   weights                  n_params x b
+    evaluate     kv_cache                 evaluation.decode_tokens x layers x 2 (K, V) x kv_dim x b
+                 logits                   evaluation.batch_tokens x vocab x b
+                 log_probs                evaluation.batch_tokens / batch_size (one row's
+                                          positions) x vocab x 2 (log-probs and a copy) x 4
+                 activations              evaluation.batch_tokens x max(hidden, intermediate)
+                                          x 4 x b
+    prune        block_copies             2 x 4 x n_params / layers (one block twice, float32)
+    (quantize)   calibration_activations  calibration.n_windows x seq_len x hidden x 3 x 4
+                 hessian                  intermediate^2 x 2 x 4 (SparseGPT's or GPTQ's Hessian
+                                          and its inverse for the widest input, float32)
+    sae,         activation_buffers       2e9 (concepts.sae.buffer_tokens sizes the host side)
+    concepts
+    import       none, and no weights: the conversion runs on the CPU ({})
+    Unset evaluation keys count as decode_tokens 8192, batch_tokens 2048, batch_size 8; unset
+    calibration keys as n_windows 128, seq_len 2048."""
+    if kind == "import":
+        return {}
+    b = DTYPE_BYTES.get(dtype, 4)
+    terms = {"weights": n_params * b}
+    if kind == "evaluate":
+        terms["kv_cache"] = (
+            evaluation.get("decode_tokens", 8192) * shape["layers"] * 2 * shape["kv_dim"] * b
+        )
+        rows = max(evaluation.get("batch_size", 8), 1)
+        terms["logits"] = evaluation.get("batch_tokens", 2048) * shape["vocab"] * b
+        terms["log_probs"] = evaluation.get("batch_tokens", 2048) / rows * shape["vocab"] * 2 * 4
+        terms["activations"] = (
+            evaluation.get("batch_tokens", 2048)
+            * max(shape["hidden"], shape["intermediate"])
+            * 4
+            * b
+        )
+    elif kind == "prune":
+        terms["block_copies"] = 2 * 4 * n_params / max(shape["layers"], 1)
+        terms["calibration_activations"] = (
+            calibration.get("n_windows", 128)
+            * calibration.get("seq_len", 2048)
+            * shape["hidden"]
+            * 3
+            * 4
+        )
+        terms["hessian"] = shape["intermediate"] ** 2 * 2 * 4
+    elif kind in ("sae", "concepts"):
+        terms["activation_buffers"] = 2e9
+    else:
+        raise ValueError(f"unknown job kind {kind!r} for GPU memory")
+    return terms
+
+
 def gpu_memory_mb(
     kind: str,
     n_params: float,
@@ -248,53 +340,33 @@ def gpu_memory_mb(
     calibration: dict,
     attempt: int = 1,
 ) -> int:
-    """GPU memory of one `kind` job in MB (rounded up to 512), grown with the attempt.
-
-    weights     n_params x bytes per value of `dtype`
-    evaluate    + the KV cache of one decode batch (evaluation.decode_tokens x layers x 2 x
-                kv_dim values) + the logits of one scoring batch (evaluation.batch_tokens x
-                vocab values) and the float32 log-probabilities of one of its rows (batch_tokens
-                / batch_size positions, twice) + its activations (batch_tokens x max(hidden,
-                intermediate) x 4 values)
-    prune       (also quantize) + two copies of one block in float32 + the calibration
-                activations (n_windows x seq_len x hidden x 3 in float32) + SparseGPT/GPTQ's
-                Hessian and its inverse for the widest input (intermediate^2 x 2 in float32)
-    sae, concepts  + 2 GB for the activation buffers (concepts.sae.buffer_tokens sizes the
-                host side)
-    import      0: the conversion runs on the CPU
-    Then x 1.15 and + 1 GB for the CUDA context and allocator slack. Every job logs its peak
-    GPU memory, to compare."""
-    if kind == "import":
+    """GPU memory of one `kind` job in MB (rounded up to 512), grown with the attempt: the terms
+    of gpu_memory_terms added up (bytes), x 1.15 (GPU_HEADROOM), in MiB, + 1024 MB for the CUDA
+    context and the allocator's slack (GPU_CONTEXT_MB), x the attempt, rounded up to 512 MB.
+    0 for import (the conversion runs on the CPU). Every job logs its peak GPU memory, to
+    compare (scheduling/gpu_peaks.py prints the two side by side)."""
+    terms = gpu_memory_terms(kind, n_params, dtype, shape, evaluation, calibration)
+    if not terms:
         return 0
-    b = DTYPE_BYTES.get(dtype, 4)
-    total = n_params * b
-    if kind == "evaluate":
-        total += evaluation.get("decode_tokens", 8192) * shape["layers"] * 2 * shape["kv_dim"] * b
-        rows = max(evaluation.get("batch_size", 8), 1)
-        total += evaluation.get("batch_tokens", 2048) * shape["vocab"] * b
-        total += evaluation.get("batch_tokens", 2048) / rows * shape["vocab"] * 2 * 4
-        total += (
-            evaluation.get("batch_tokens", 2048)
-            * max(shape["hidden"], shape["intermediate"])
-            * 4
-            * b
-        )
-    elif kind == "prune":
-        total += 2 * 4 * n_params / max(shape["layers"], 1)
-        total += (
-            calibration.get("n_windows", 128)
-            * calibration.get("seq_len", 2048)
-            * shape["hidden"]
-            * 3
-            * 4
-        )
-        total += shape["intermediate"] ** 2 * 2 * 4
-    elif kind in ("sae", "concepts"):
-        total += 2e9
-    else:
-        raise ValueError(f"unknown job kind {kind!r} for GPU memory")
-    mb = (total * GPU_HEADROOM / 2**20 + GPU_CONTEXT_MB) * attempt
+    mb = (_added(terms) * GPU_HEADROOM / 2**20 + GPU_CONTEXT_MB) * attempt
     return int(math.ceil(mb / 512) * 512)
+
+
+def job_gpu_memory_mb(
+    kind: str, config: dict, model: str, n_params: float, shape: dict, attempt: int = 1
+) -> int:
+    """gpu_memory_mb of a `kind` job of `model` under `config`: 0 when evaluation.device is cpu;
+    evaluation runs in evaluation.dtype, pruning, quantization and concepts in the model's."""
+    if config["evaluation"]["device"] == "cpu":
+        return 0
+    dtype = (
+        config["evaluation"]["dtype"]
+        if kind == "evaluate"
+        else config["models"][model].get("dtype", "float32")
+    )
+    return gpu_memory_mb(
+        kind, n_params, dtype, shape, config["evaluation"], config["calibration"], attempt
+    )
 
 
 def gpu_request(spec: str | None, gpu_mem_mb: int) -> dict:
@@ -333,12 +405,24 @@ def gpu_request(spec: str | None, gpu_mem_mb: int) -> dict:
     return {resource: fit}
 
 
+def aggregate_terms(n_item_checkpoints: int) -> dict[str, dict[str, float]]:
+    """The terms of the aggregation's memory and runtime, before the attempt: they grow with
+    items x checkpoints (the item values and the bootstrap's matrix products).
+
+      mem_gb   fixed  1
+               pairs  4e-6 x n_item_checkpoints   (paper grid: 239,400 pairs -> 2 GB in all)
+      minutes  fixed  5
+               pairs  n_item_checkpoints / 100,000"""
+    return {
+        "mem_gb": {"fixed": 1, "pairs": 4e-6 * n_item_checkpoints},
+        "minutes": {"fixed": 5, "pairs": n_item_checkpoints / 100_000},
+    }
+
+
 def aggregate_resources(n_item_checkpoints: int, attempt: int = 1) -> dict:
-    """The aggregation's memory and time grow with items x checkpoints (the item values and
-    the bootstrap's matrix products)."""
-    mem_gb = (1 + 4e-6 * n_item_checkpoints) * attempt  # paper grid: 239,400 pairs -> 2 GB
-    minutes = (5 + n_item_checkpoints / 100_000) * attempt
-    return {"mem_mb": int(math.ceil(mem_gb * 1024 / 512) * 512), "runtime": int(math.ceil(minutes))}
+    """{'mem_mb', 'runtime'} of the aggregation: aggregate_terms added up, x the attempt,
+    memory rounded up to 512 MB, minutes up to whole ones."""
+    return _resources(aggregate_terms(n_item_checkpoints), attempt)
 
 
 # ------------------------------------------------------------------------- threads per job
