@@ -6,7 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+# A waiting OpenMP thread sleeps instead of spinning: beside the smoke run's jobs and the other
+# pytest-xdist worker, a spinning thread takes the CPU from the one its barrier waits for. Set
+# before torch loads OpenMP; it changes no result.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLED = dict(
@@ -57,8 +63,8 @@ def smoke_run_in_background(request, tmp_path_factory):
 def pytest_sessionfinish(session, exitstatus):
     """A smoke run still going when its owner's session ends: under pytest-xdist another worker
     may be waiting for it, so the owner waits too, unless the session was cut short (Ctrl-C, -x);
-    then, or in a single process (no test of this session reads it any more), it gets a SIGINT
-    and Snakemake cancels its SLURM jobs."""
+    then, or in a single process (where no other test can still read it), it gets a SIGINT and
+    Snakemake cancels its SLURM jobs."""
     from smoke import STARTED
 
     finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
@@ -83,14 +89,18 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
-DEFAULT_THREADS = torch.get_num_threads()
+# torch's threads per test process: the CPUs shared among the pytest-xdist workers
+DEFAULT_THREADS = max(
+    1, torch.get_num_threads() // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+)
 
 
 @pytest.fixture(autouse=True)
 def one_thread_beside_the_smoke_run():
     """While the smoke run's jobs hold the CPUs, a test runs torch on one thread: two threads that
     meet at a barrier after every operation stall whenever the scheduler gives one of the CPUs to
-    a smoke job (a bfloat16 test took 205 s instead of 9 beside it)."""
+    a smoke job (a bfloat16 test took 205 s instead of 9 beside it). Under pytest-xdist each
+    worker takes its share of the CPUs (one thread per worker on 2 cores)."""
     from smoke import STARTED
 
     beside = any(run.running for run in STARTED)

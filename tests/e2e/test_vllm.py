@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import torch
 import yaml
 
 from benchmark_illusion.evaluation.engines import (
@@ -65,7 +66,14 @@ def both_engines(bundled_model_dir, sample_items, tmp_path_factory) -> Path:
     """Native once, vLLM twice, every format and recovery decode on N_ITEMS items."""
     py = need_vllm()
     out = tmp_path_factory.mktemp("vllm-parity")
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), VLLM_CPU_OMP_THREADS_BIND="nobind")
+    # the CPUs this test process may use (tests/conftest.py): vLLM's OpenMP threads beside the
+    # smoke run's jobs or the other pytest-xdist worker would stall at every barrier
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT / "src"),
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        OMP_NUM_THREADS=str(torch.get_num_threads()),
+    )
     cmd = [py, "-m", "benchmark_illusion.evaluation.engines.parity"]
     cmd += [str(bundled_model_dir), str(sample_items), str(out), "--n", str(N_ITEMS)]
     cmd += ["--forbid-n", str(FORBID_ITEMS)]
