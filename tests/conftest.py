@@ -64,7 +64,8 @@ def pytest_sessionfinish(session, exitstatus):
     """A smoke run still going when its owner's session ends: under pytest-xdist another worker
     may be waiting for it, so the owner waits too, unless the session was cut short (Ctrl-C, -x);
     then, or in a single process (where no other test can still read it), it gets a SIGINT and
-    Snakemake cancels its SLURM jobs."""
+    Snakemake cancels its SLURM jobs. A worker that knows how the run went passes its time on
+    to the controller (xdist's workeroutput), which prints it."""
     from smoke import STARTED
 
     finished = exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
@@ -74,18 +75,32 @@ def pytest_sessionfinish(session, exitstatus):
                 run.wait()
             else:
                 run.stop()
+        if run.result is not None and hasattr(session.config, "workeroutput"):
+            session.config.workeroutput["smoke"] = [run.result["seconds"], run.result["slurm"]]
+
+
+SMOKE_DONE: list = []  # [seconds, slurm] of the finished smoke run, as the workers report it
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: the controller's, as a worker ends
+def pytest_testnodedown(node, error):
+    done = getattr(node, "workeroutput", {}).get("smoke")
+    if done and not SMOKE_DONE:
+        SMOKE_DONE.extend(done)
 
 
 def pytest_terminal_summary(terminalreporter):
-    from smoke import shared_root, smoke_seconds
+    from smoke import STARTED
 
-    done = smoke_seconds(shared_root(terminalreporter.config._tmp_path_factory))
-    if done is not None:
-        seconds, slurm = done
-        where = "through SLURM" if slurm else "locally"
+    done = list(SMOKE_DONE)  # under pytest-xdist; in a single process, its own run
+    for run in STARTED:
+        if run.result is not None and not done:
+            done = [run.result["seconds"], run.result["slurm"]]
+    if done:
+        where = "through SLURM" if done[1] else "locally"
         terminalreporter.write_line(
             f"end-to-end smoke run ({where}, in the background from the first test): "
-            f"{seconds:.0f} s"
+            f"{done[0]:.0f} s"
         )
 
 

@@ -250,13 +250,3 @@ def smoke_run_started(tmp_path_factory) -> SmokeRun:
     if not STARTED:
         STARTED.append(SmokeRun(tmp_path_factory))
     return STARTED[0]
-
-
-def smoke_seconds(root: Path) -> tuple[float, bool] | None:
-    """The finished smoke run's time and whether it went through SLURM, from `root`
-    (shared_root); None where none finished."""
-    path = root / "smoke-result.json"
-    if not path.is_file():
-        return None
-    done = json.loads(path.read_text())
-    return done["seconds"], done["slurm"]
